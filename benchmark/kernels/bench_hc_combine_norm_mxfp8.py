@@ -1,0 +1,89 @@
+"""mHC combine+RMSNorm then MXFP8 quantization: two launches (ours) vs the fused one-launch form.
+
+DeepSeek-V4.1's hidden size (H = 5120), the decode/verify row counts m = 1, 6, 8, 64, 128
+(DSpark verifies 6 rows per request). Unfused: ``hc_combine_norm`` then ``mxfp8_quantize``
+(both ours); fused: ``hc_combine_norm_mxfp8``; the combine+norm alone is listed for reference.
+Outputs are preallocated where the API takes them; the three outputs are checked bit-equal
+first. CUDA-graph replay medians (dsv41_kernels.timing.graph_time_us). Target on the H200 at
+m = 6: fused <= 3.0 us and <= 0.7x the unfused pair.
+    python benchmark/kernels/bench_hc_combine_norm_mxfp8.py --json bench_hc_combine_norm_mxfp8.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from dsv41_kernels.check import bit_mismatches
+from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+    example_inputs,
+    hc_combine_norm,
+    hc_combine_norm_admission,
+    hc_combine_norm_mxfp8,
+)
+from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
+from dsv41_kernels.reference.mxfp8 import scale_buffer_size
+from dsv41_kernels.timing import graph_time_us
+
+EPS = 1e-6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--rows", default="1,6,8,64,128")
+    parser.add_argument("--hidden", type=int, default=5120)
+    args = parser.parse_args()
+    device = torch.device("cuda")
+    h = args.hidden
+    records = []
+    for m in map(int, args.rows.split(",")):
+        x, pre, weight = example_inputs(m, h, device, seed=m)
+        y = torch.empty(m, h, dtype=torch.bfloat16, device=device)
+        y_fused = torch.empty_like(y)
+        quantized = Mxfp8SwizzledInput(
+            torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device),
+            torch.empty(scale_buffer_size(m, h, swizzled=True), dtype=torch.uint8, device=device),
+        )
+
+        def combine_norm(y=y, x=x, pre=pre, weight=weight):
+            return hc_combine_norm(x, pre, weight, EPS, out=y)
+
+        def pair(y=y, x=x, pre=pre, weight=weight):
+            return y, mxfp8_quantize(hc_combine_norm(x, pre, weight, EPS, out=y))
+
+        def fused(out=(y_fused, quantized), x=x, pre=pre, weight=weight):
+            return hc_combine_norm_mxfp8(x, pre, weight, EPS, out=out)
+
+        bad = bit_mismatches(fused(), pair())
+        if bad:
+            raise AssertionError(f"fused and unfused outputs differ in {bad} elements at m={m}")
+        record = {
+            "op": "hc_combine_norm_mxfp8",
+            "m": m,
+            "hidden": h,
+            "path": hc_combine_norm_admission(x, pre, weight, quantize=True).path,
+            "combine_norm_us": graph_time_us(combine_norm),
+            "unfused_us": graph_time_us(pair),
+            "fused_us": graph_time_us(fused),
+        }
+        record["fused_over_unfused"] = record["fused_us"] / record["unfused_us"]
+        records.append(record)
+    print(
+        f"{'m':>4} {'H':>5} {'combine+norm us':>16} {'unfused pair us':>16} "
+        f"{'fused us':>9} {'fused/unfused':>14}"
+    )
+    for r in records:
+        print(
+            f"{r['m']:>4} {r['hidden']:>5} {r['combine_norm_us']:>16.2f} {r['unfused_us']:>16.2f} "
+            f"{r['fused_us']:>9.2f} {r['fused_over_unfused']:>14.2f}"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,75 @@
+"""torch.argmax vs row_argmax, and SGLang's torch greedy accept vs the one-launch accept.
+
+CUDA-graph replay medians (dsv41_kernels.timing.graph_time_us); one table; ``--json PATH``.
+    python benchmark/kernels/bench_row_argmax.py --json row_argmax.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from dsv41_kernels import accept_greedy, row_argmax, row_argmax_admission
+from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch
+from dsv41_kernels.timing import graph_time_us
+
+VOCAB = 129280
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--rows", default="1,2,6,16,64,128,256")
+    args = parser.parse_args()
+    records = []
+    for rows in map(int, args.rows.split(",")):
+        x = torch.randn(rows, VOCAB, device="cuda")
+        out = torch.empty(rows, dtype=torch.int64, device="cuda")
+        records.append(
+            {
+                "op": "row_argmax",
+                "shape": f"[{rows}, {VOCAB}] fp32",
+                "path": row_argmax_admission(x).path,
+                "baseline": "torch.argmax",
+                "baseline_us": graph_time_us(lambda x=x, o=out: torch.argmax(x, dim=-1, out=o)),
+                "ours_us": graph_time_us(lambda x=x, o=out: row_argmax(x, out=o)),
+            }
+        )
+    for bs in (1, 4):
+        n = 6
+        logits = torch.randn(bs * n, VOCAB, device="cuda")
+        cand = torch.randint(0, VOCAB, (bs, n), device="cuda")
+        cutoff = torch.full((bs,), n, dtype=torch.int32, device="cuda")
+        out = (
+            torch.empty(bs, dtype=torch.int32, device="cuda"),
+            torch.empty(bs, dtype=torch.int64, device="cuda"),
+            torch.empty(bs, dtype=torch.int32, device="cuda"),
+        )
+        records.append(
+            {
+                "op": "accept_greedy",
+                "shape": f"bs {bs} x n {n} x {VOCAB} fp32, cutoff",
+                "path": "kernel",
+                "baseline": "torch.argmax + torch accept rule",
+                "baseline_us": graph_time_us(lambda: accept_greedy_torch(cand, logits, cutoff)),
+                "ours_us": graph_time_us(
+                    lambda: accept_greedy(cand, logits, cutoff_verify_lens=cutoff, out=out)
+                ),
+            }
+        )
+    print(f"{'op':<14} {'shape':<36} {'baseline us':>12} {'ours us':>9} {'speedup':>8}")
+    for r in records:
+        r["speedup"] = r["baseline_us"] / r["ours_us"]
+        print(
+            f"{r['op']:<14} {r['shape']:<36} {r['baseline_us']:>12.2f} {r['ours_us']:>9.2f} "
+            f"{r['speedup']:>7.1f}x"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

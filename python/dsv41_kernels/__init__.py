@@ -1,0 +1,56 @@
+"""dsv41-kernels: exact, faster kernels for serving DeepSeek-V4.1 with DSpark in SGLang.
+
+Public ops are imported lazily, on first attribute access, so ``import dsv41_kernels`` stays
+cheap and the Triton interpreter can still be chosen (``TRITON_INTERPRET=1``) before any
+kernel is defined.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Admission": "dsv41_kernels.admission",
+    "row_argmax": "dsv41_kernels.ops.speculative.row_argmax",
+    "row_argmax_admission": "dsv41_kernels.ops.speculative.row_argmax",
+    "accept_greedy": "dsv41_kernels.ops.speculative.accept_greedy",
+    "accept_greedy_admission": "dsv41_kernels.ops.speculative.accept_greedy",
+    "decoding_sched_meta": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "decoding_sched_meta_admission": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "num_sm_parts": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "DecodingSchedMeta": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "baseline_decoding_sched_meta": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "device_sched_config": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "mxfp8_quantize": "dsv41_kernels.ops.quantization.mxfp8_quantize",
+    "mxfp8_quantize_admission": "dsv41_kernels.ops.quantization.mxfp8_quantize",
+    "Mxfp8SwizzledInput": "dsv41_kernels.ops.quantization.mxfp8_quantize",
+    "hc_combine_norm": "dsv41_kernels.ops.layernorm.hc_combine_norm",
+    "hc_combine_norm_mxfp8": "dsv41_kernels.ops.layernorm.hc_combine_norm",
+    "hc_combine_norm_admission": "dsv41_kernels.ops.layernorm.hc_combine_norm",
+    "moe_fused_gate": "dsv41_kernels.ops.moe.moe_fused_gate",
+    "moe_fused_gate_admission": "dsv41_kernels.ops.moe.moe_fused_gate",
+    "pack_topk": "dsv41_kernels.ops.moe.moe_fused_gate",
+    "emits_packed_ids": "dsv41_kernels.ops.moe.moe_fused_gate",
+    "split_tf32": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "hc_mix_stats": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "hc_mix_stats_admission": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "HcDerivedWeights": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "DerivedWeightsActiveError": "dsv41_kernels.ops.mhc.hc_mix_stats",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dsv41_kernels' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

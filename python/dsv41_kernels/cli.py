@@ -1,0 +1,80 @@
+"""``dsv41-kernels``: the command line. ``check`` runs every op against its reference."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def _table(records: list[dict]) -> str:
+    cols = ["op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us"]
+    rows = [cols]
+    for r in records:
+        row = []
+        for c in cols:
+            v = r[c]
+            if c == "exact":
+                v = "yes" if v else "NO"
+            elif c in ("us", "baseline_us"):
+                v = "-" if v is None else f"{v:.2f}"
+            row.append(str(v))
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check(args: argparse.Namespace) -> int:
+    if not args.no_interpret and not _cuda_present():
+        # Decided before any Triton kernel is defined: triton.jit reads it at decoration time.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import torch
+
+    from dsv41_kernels.check import cases, run_case
+
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    only = args.ops.split(",") if args.ops else None
+    records = []
+    for case in cases(device, small=not on_gpu, only=only):
+        record = run_case(case, timed=on_gpu)
+        records.append(record)
+        if args.json:
+            print(json.dumps(record), flush=True)
+    if not args.json:
+        where = torch.cuda.get_device_name() if on_gpu else "cpu"
+        mode = "" if on_gpu else (" (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else " (fallbacks only)")
+        print(f"dsv41-kernels check on {where}{mode}: times are CUDA-graph medians in µs")
+        print(_table(records))
+    inexact = [r for r in records if not r["exact"]]
+    if inexact:
+        print(f"{len(inexact)} of {len(records)} checks inexact", file=sys.stderr)
+    return 1 if inexact or not records else 0
+
+
+def _cuda_present() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dsv41-kernels")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("check", help="run every op against its reference and print a table")
+    p.add_argument("--json", action="store_true", help="one JSON record per line instead")
+    p.add_argument("--ops", help="comma-separated op names to run (default: all)")
+    p.add_argument(
+        "--no-interpret",
+        action="store_true",
+        help="on a machine without a GPU, run the torch fallbacks only (no Triton interpreter)",
+    )
+    args = parser.parse_args(argv)
+    return check(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

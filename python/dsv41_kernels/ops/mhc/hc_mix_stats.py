@@ -1,0 +1,676 @@
+"""mHC mixing statistics: projection, RMS factor, gates and Sinkhorn in two launches.
+
+Every DeepSeek-V4(.1) sublayer turns its four residual streams ``x [m, 4H]`` (bf16) into
+``(pre [m, 4], post [m, 4], comb [m, 4, 4])`` through a projection by ``fn [24, 4H]`` (fp32)
+(``specs.md`` C.3). A plain fp32 GEMM is slow on tensor-core hardware and single-pass TF32,
+what upstream runs, reads ``fn`` truncated to 11 significant bits (relative error ~2e-4).
+Here ``fn`` is split once into its TF32 part and the exact residual, ``fn = hi + lo``
+(:func:`split_tf32`); two tensor-core products ``x·hi + x·lo`` lose nothing on the
+activation side (bf16 is exact in TF32) and carry ``fn`` to about 22 bits (C.7).
+
+Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
+
+- ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
+  per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
+  reduces the slices in a fixed tree, adds the compensation columns, applies the RMS factor,
+  the gates and the 20-iteration Sinkhorn.
+- ``small_row`` (fewer rows, decode): the same two launches with fp32 FMA products of the raw
+  ``fn`` (no split needed), K cut into up to 128 slices so a handful of rows fills the machine.
+- ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
+  count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch.
+- ``single_pass_tf32`` (asked for; never chosen): upstream's uncompensated numerics, kept to
+  measure what the compensation buys.
+
+Exactness claim: no path is bitwise equal to an fp32 SGEMM (tensor-core accumulation order is
+not sequential, C.7). Against a float64 reference the mix values stay within
+``MIX_RTOL = 5e-6`` (max error over max magnitude) and the gates within
+:func:`stats_tolerances`; each path is deterministic and ``batch_invariant`` is bitwise
+independent of batch size and row position.
+
+Derived weights: :class:`HcDerivedWeights` holds the split of one sublayer's ``fn``, made once at
+load. While it is active the weights must not be updated in place (the split, and CUDA graphs
+captured with it, would keep serving the old ``fn``); its guard refuses such updates before
+anything is written and names the fix, ``release()``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
+from dsv41_kernels.check import CheckCase
+from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
+from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
+
+MODES = ("auto", "compensated", "small_row", "batch_invariant", "single_pass_tf32")
+COMPENSATED_MIN_ROWS = 128
+"""``auto`` takes the compensated path from this many rows; below, the small-row path."""
+MIX_RTOL = 5e-6
+"""Bound on ``max|mix - ref| / max|ref|`` against the float64 reference (issue 4)."""
+
+TF32_DROPPED_BITS = 13
+"""fp32 has 23 explicit mantissa bits, TF32 10; the tensor core ignores the low 13 (C.7)."""
+_TF32_MASK = -(1 << TF32_DROPPED_BITS)  # 0xFFFFE000 as int32
+_PACKED_COLUMNS = 64  # [hi (24) | 0 (8) | lo (24) | 0 (8)]: one tl.dot N tile
+_LO_COLUMN = 32
+_GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
+_MAX_SPLITS = 256  # the finisher reduces all slices of a row in one tile
+_MAX_SLICE_K = 5120
+"""Longest K slice by default: one fp32 accumulator summing 20480 products sequentially drifts
+to ~1.6e-6 (max error over max value, simulated); 5120 keeps it near 6e-7."""
+_INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
+_STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
+_MIX = tl.constexpr(HC_MIX)
+
+
+def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split fp32 ``w`` into ``(hi, lo)`` with ``hi + lo == w`` bitwise.
+
+    Rule: **truncation**. ``hi`` is ``w`` with its low 13 mantissa bits cleared, i.e. exactly
+    what a TF32 tensor core reads from the raw fp32 value (round toward zero, C.7), so a pass
+    over ``hi`` alone reproduces single-pass TF32. ``lo = w - hi`` is exact in fp32 (same
+    sign and exponent range, Sterbenz) and carries ``w``'s sign, so ``-0.0`` splits into
+    ``(-0.0, -0.0)`` and the sum keeps the sign of zero. Subnormals split like any other
+    value. Non-finite values are not split: ``hi = w`` (NaN payload kept) and ``lo = ±0``.
+    The tensor core truncates ``lo`` again to its top 11 bits, so ``x·hi + x·lo`` carries
+    about 22 of ``w``'s 24 significant bits.
+    """
+    check_tensor("w", w, dtypes=(torch.float32,))
+    truncated = (w.view(torch.int32) & _TF32_MASK).view(torch.float32)
+    finite = torch.isfinite(w)
+    hi = torch.where(finite, truncated, w)
+    lo = torch.copysign(torch.where(finite, w - hi, torch.zeros_like(w)), w)
+    return hi, lo
+
+
+def _pack_split(fn: torch.Tensor) -> torch.Tensor:
+    """``[64, K]``: rows 0-23 ``hi``, rows 32-55 ``lo``, zero elsewhere (one 64-wide N tile)."""
+    hi, lo = split_tf32(fn.detach())
+    packed = fn.new_zeros((_PACKED_COLUMNS, fn.shape[1]))
+    packed[:HC_MIX] = hi
+    packed[_LO_COLUMN : _LO_COLUMN + HC_MIX] = lo
+    return packed
+
+
+class DerivedWeightsActiveError(RuntimeError):
+    """An in-place update of ``fn`` was attempted while its derived (hi, lo) split is active."""
+
+
+class HcDerivedWeights:
+    """One sublayer's ``fn [24, 4H]`` and its TF32 split, built once at load.
+
+    ``packed`` (``[64, 4H]`` fp32: ``hi`` rows 0-23, ``lo`` rows 32-55) is what the compensated
+    kernels read; ``hi``/``lo`` are views of it and ``fn`` is kept, readable and unchanged.
+
+    Update guard, for online weight updaters (SGLang's ``weight_updater`` asks every module for
+    ``_derived_weight_cache_error`` before writing anything):
+
+    - ``HcDerivedWeights(fn, owner=module)`` publishes the refusal as
+      ``module._derived_weight_cache_error`` while active, and clears it on :meth:`release`;
+    - :meth:`refuse_update_reason` ``(model)`` returns the refusal (or ``None``) for a whole
+      module tree, for a hook that checks before loading;
+    - :meth:`assert_updatable` raises :class:`DerivedWeightsActiveError` naming the fix;
+      :meth:`update_` is the guarded in-place update (it checks before writing);
+    - :meth:`release` drops the split and allows updates; build a new holder afterwards.
+
+    In-place writes that bypass the guard through ``fn`` itself are caught at the next
+    :func:`hc_mix_stats` call (``fn``'s version counter moved); writes through ``fn.data``
+    or CUDA-graph replays cannot be seen, which is why the guard exists.
+    """
+
+    def __init__(self, fn: torch.Tensor, *, name: str = "fn", owner: object | None = None):
+        check_tensor("fn", fn, dtypes=(torch.float32,), ndim=2)
+        if fn.shape[0] != HC_MIX:
+            raise ValueError(f"fn must have {HC_MIX} rows, got shape {tuple(fn.shape)}")
+        self.fn = fn
+        self.name = name
+        self.packed: torch.Tensor | None = _pack_split(fn)
+        self._fn_version = fn._version
+        self._owner = owner
+        if owner is not None:
+            holders = getattr(owner, "_hc_derived_weights", None)
+            if holders is None:
+                holders = []
+                owner._hc_derived_weights = holders
+            holders.append(self)
+            _publish_refusal(owner)
+
+    @property
+    def active(self) -> bool:
+        return self.packed is not None
+
+    @property
+    def hi(self) -> torch.Tensor:
+        return self._require_active()[:HC_MIX]
+
+    @property
+    def lo(self) -> torch.Tensor:
+        return self._require_active()[_LO_COLUMN : _LO_COLUMN + HC_MIX]
+
+    def update_refusal(self) -> str | None:
+        """Why ``fn`` may not be updated in place now, or ``None``."""
+        if not self.active:
+            return None
+        return (
+            f"online update of mHC weight {self.name!r} refused: its compensated-TF32 split "
+            "(hi, lo) is active and an in-place write would leave it, and any CUDA graph "
+            "captured with it, serving the old weights; call HcDerivedWeights.release() "
+            "before updating, then build a new HcDerivedWeights(fn)"
+        )
+
+    def assert_updatable(self) -> None:
+        reason = self.update_refusal()
+        if reason is not None:
+            raise DerivedWeightsActiveError(reason)
+
+    def update_(self, values: torch.Tensor) -> None:
+        """Copy ``values`` into ``fn``; refused (nothing written) while the split is active."""
+        self.assert_updatable()
+        if values.shape != self.fn.shape:
+            raise ValueError(
+                f"values must have shape {tuple(self.fn.shape)}, got {tuple(values.shape)}"
+            )
+        with torch.no_grad():
+            self.fn.copy_(values)
+
+    def release(self) -> None:
+        """Drop the split; in-place updates of ``fn`` are allowed again."""
+        self.packed = None
+        if self._owner is not None:
+            _publish_refusal(self._owner)
+
+    @staticmethod
+    def refuse_update_reason(module: object) -> str | None:
+        """The first active holder's refusal in ``module`` (an ``nn.Module`` tree), or ``None``."""
+        modules = module.modules() if hasattr(module, "modules") else [module]
+        for mod in modules:
+            for value in vars(mod).values():
+                holders = value if isinstance(value, list) else [value]
+                for holder in holders:
+                    if isinstance(holder, HcDerivedWeights) and holder.active:
+                        return holder.update_refusal()
+        return None
+
+    def _require_active(self) -> torch.Tensor:
+        if self.packed is None:
+            raise ValueError(
+                f"weights: the HcDerivedWeights of {self.name!r} was released; "
+                "build a new HcDerivedWeights(fn) (or pass fn)"
+            )
+        if self.fn._version != self._fn_version:
+            raise RuntimeError(
+                f"weights: {self.name!r} was modified in place after its split was built; "
+                "call release(), update, and build a new HcDerivedWeights(fn)"
+            )
+        return self.packed
+
+
+def _publish_refusal(owner: object) -> None:
+    reasons = [h.update_refusal() for h in owner._hc_derived_weights if h.active]
+    owner._derived_weight_cache_error = reasons[0] if reasons else None
+
+
+# --------------------------------------------------------------------------------------------
+# Admission and launch shapes
+
+
+def _path(rows: int, mode: str) -> tuple[str, str]:
+    if mode != "auto":
+        return mode, "requested"
+    if rows >= COMPENSATED_MIN_ROWS:
+        return "compensated", f"{rows} rows >= {COMPENSATED_MIN_ROWS}"
+    return "small_row", f"{rows} rows < {COMPENSATED_MIN_ROWS}"
+
+
+def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admission:
+    """Whether the Triton kernels run, and which path (the reason starts with its name).
+
+    Pure: reads shapes, dtypes and devices only."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    where = triton_device(x)
+    if not where:
+        return where
+    if x.dtype != torch.bfloat16:
+        return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
+    path, why = _path(x.shape[0], mode)
+    if path in ("compensated", "batch_invariant") and not isinstance(weights, HcDerivedWeights):
+        why += ", fn split on every call (pass HcDerivedWeights)"
+    return admit(f"{path}: {why} ({where.reason})")
+
+
+@dataclass(frozen=True)
+class SplitKConfig:
+    """Launch shape of the split-K projection and of its finisher."""
+
+    block_m: int  # rows per projection program (tl.dot M tile)
+    block_k: int  # K elements per pipelined step
+    splits: int  # K slices (grid axis 1), each with its own partial
+    num_warps: int
+    num_stages: int
+    finish_rows: int  # rows per finisher program
+
+
+def split_k_config(path: str, m: int, k: int, num_sms: int) -> SplitKConfig:
+    """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
+
+    H200, K = 20480: ``compensated`` 4096 rows -> 32 tiles of 128 x 4 slices; 128 rows -> 2
+    tiles of 64 x 66 slices; 16384 rows -> 128 tiles x 4 slices (no slice longer than 5120);
+    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of ~160. ``batch_invariant`` ignores
+    ``m`` entirely.
+    """
+    if path == "batch_invariant":
+        return SplitKConfig(64, 64, min(16, triton.cdiv(k, 64)), 4, 3, 8)
+    if path == "small_row":  # fp32 FMA products: small tiles, two programs per SM
+        block_m, warps, programs = min(max(triton.next_power_of_2(m), 16), 64), 4, 2 * num_sms
+    else:  # TF32 wgmma: a warp group per 64 rows, about one program per SM
+        block_m = 64 if m <= 2048 else 128
+        warps, programs = block_m // 16, num_sms
+    block_k = 64
+    fill = programs // max(1, triton.cdiv(m, block_m))  # slices that fill the machine
+    short = triton.cdiv(k, _MAX_SLICE_K)  # slices that keep each fp32 accumulation short
+    splits = max(1, min(max(fill, short), 128, triton.cdiv(k, block_k)))
+    block_s = max(2, triton.next_power_of_2(splits))
+    finish_rows = max(2, min(16, 256 // block_s, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+    return SplitKConfig(block_m, block_k, splits, warps, 3, finish_rows)
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _INTERPRETER_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+# --------------------------------------------------------------------------------------------
+# Kernels
+
+
+@triton.jit(do_not_specialize=["m"])
+def _mix_partials_kernel(
+    x_ptr,
+    w_ptr,
+    part_ptr,  # fp32 [S, m, BLOCK_N]
+    sqsum_ptr,  # fp32 [S, m]
+    m,
+    K,
+    w_rows,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``.
+
+    Slice ``s`` of ``S`` takes ``nb // S + (s < nb % S)`` K blocks (``nb`` blocks in all) in
+    order; ``m`` is not specialised, so every batch size runs the same code."""
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    n_blocks = tl.cdiv(K, BLOCK_K)
+    first = split * (n_blocks // splits) + tl.minimum(split, n_blocks % splits)
+    count = n_blocks // splits + (split < n_blocks % splits).to(tl.int32)
+
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < m
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < w_rows
+    ks = first * BLOCK_K + tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :] * stride_xk
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + ks[:, None] * stride_wk
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sqsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for step in range(count):
+        if EVEN_K:
+            x = tl.load(x_ptrs, mask=row_ok[:, None], other=0.0)
+            w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
+        else:
+            k_ok = ks + step * BLOCK_K < K
+            x = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            w = tl.load(w_ptrs, mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+        xf = x.to(tl.float32)  # bf16 -> fp32 is exact, and exact in TF32
+        sqsum += tl.sum(xf * xf, axis=1)
+        acc = tl.dot(xf, w, acc, input_precision=PRECISION)
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    out = split.to(tl.int64) * m + rows
+    tl.store(part_ptr + out[:, None] * BLOCK_N + cols[None, :], acc, mask=row_ok[:, None])
+    tl.store(sqsum_ptr + out, sqsum, mask=row_ok)
+
+
+@triton.jit
+def _sum_slices(ptrs, mask, COMPENSATED: tl.constexpr, LO_COLUMN: tl.constexpr):
+    """Σ over the slice axis (0) of the projection columns, plus that of the ``lo`` columns."""
+    total = tl.sum(tl.load(ptrs, mask=mask, other=0.0), axis=0)
+    if COMPENSATED:
+        total += tl.sum(tl.load(ptrs + LO_COLUMN, mask=mask, other=0.0), axis=0)
+    return total
+
+
+@triton.jit
+def _div(a, b):
+    """IEEE ``a / b`` as torch divides (Triton's fp32 ``/`` may be approximate); ``b`` is
+    broadcast to ``a``'s shape (it may be a scalar)."""
+    return tl.math.div_rn(a, tl.zeros_like(a) + b)
+
+
+@triton.jit
+def _sigmoid(z):
+    return _div(tl.zeros_like(z) + 1.0, 1.0 + tl.exp(-z))
+
+
+@triton.jit(do_not_specialize=["m"])
+def _mix_finish_kernel(
+    part_ptr,  # fp32 [S, m, PART_N]
+    sqsum_ptr,  # fp32 [S, m]
+    scale_ptr,  # fp32 [3]
+    base_ptr,  # fp32 [24]
+    pre_ptr,  # fp32 [m, 4]
+    post_ptr,  # fp32 [m, 4]
+    comb_ptr,  # fp32 [m, 4, 4]
+    mix_ptr,  # fp32 [m, 24] (WRITE_MIX)
+    m,
+    splits,
+    k_float,
+    rms_eps,
+    eps,
+    post_mult,
+    PART_N: tl.constexpr,
+    COMPENSATED: tl.constexpr,
+    LO_COLUMN: tl.constexpr,
+    ITERS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    WRITE_MIX: tl.constexpr,
+):
+    """Per row: reduce the slices, ``mix = g·rsqrt(Σx²/K + rms_eps)``, the gates and Sinkhorn
+    (``specs.md`` C.3; IEEE divisions, as torch)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < m
+    s = tl.arange(0, BLOCK_S)
+    ok = (s < splits)[:, None] & row_ok[None, :]  # [S, R]
+    at = s.to(tl.int64)[:, None] * m + rows[None, :]
+    sqsum = tl.sum(tl.load(sqsum_ptr + at, mask=ok, other=0.0), axis=0)
+    rms = tl.math.rsqrt(_div(sqsum, k_float) + rms_eps)
+
+    four = tl.arange(0, 4)
+    slice_rows = part_ptr + at * PART_N
+    gate_ptrs = slice_rows[:, :, None] + four[None, None, :]  # [S, R, 4]
+    gate_ok = ok[:, :, None]
+    mix_pre = _sum_slices(gate_ptrs, gate_ok, COMPENSATED, LO_COLUMN) * rms[:, None]
+    mix_post = _sum_slices(gate_ptrs + _STREAMS, gate_ok, COMPENSATED, LO_COLUMN) * rms[:, None]
+    square = 4 * four[:, None] + four[None, :]  # [4, 4]: comb_logit[i][j] = mix[8 + 4i + j]
+    comb_ptrs = slice_rows[:, :, None, None] + 2 * _STREAMS + square[None, None, :, :]
+    comb_ok = ok[:, :, None, None]
+    mix_comb = _sum_slices(comb_ptrs, comb_ok, COMPENSATED, LO_COLUMN) * rms[:, None, None]
+
+    pre = _sigmoid(mix_pre * tl.load(scale_ptr) + tl.load(base_ptr + four)[None, :]) + eps
+    post_logit = mix_post * tl.load(scale_ptr + 1) + tl.load(base_ptr + _STREAMS + four)[None, :]
+    post = _sigmoid(post_logit) * post_mult
+    logits = mix_comb * tl.load(scale_ptr + 2) + tl.load(base_ptr + 2 * _STREAMS + square)[None]
+
+    # Sinkhorn: row softmax + eps, a column step, then ITERS - 1 rounds of rows, columns.
+    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
+    comb = _div(e, tl.sum(e, axis=2)[:, :, None]) + eps
+    comb = _div(comb, tl.sum(comb, axis=1)[:, None, :] + eps)
+    for _ in range(ITERS - 1):
+        comb = _div(comb, tl.sum(comb, axis=2)[:, :, None] + eps)
+        comb = _div(comb, tl.sum(comb, axis=1)[:, None, :] + eps)
+
+    gate_out = rows.to(tl.int64)[:, None] * _STREAMS + four[None, :]
+    tl.store(pre_ptr + gate_out, pre, mask=row_ok[:, None])
+    tl.store(post_ptr + gate_out, post, mask=row_ok[:, None])
+    comb_out = rows.to(tl.int64)[:, None, None] * (_STREAMS * _STREAMS) + square[None, :, :]
+    tl.store(comb_ptr + comb_out, comb, mask=row_ok[:, None, None])
+    if WRITE_MIX:
+        mix_rows = mix_ptr + rows.to(tl.int64) * _MIX
+        tl.store(mix_rows[:, None] + four[None, :], mix_pre, mask=row_ok[:, None])
+        tl.store(mix_rows[:, None] + _STREAMS + four[None, :], mix_post, mask=row_ok[:, None])
+        comb_cols = 2 * _STREAMS + square[None, :, :]
+        tl.store(mix_rows[:, None, None] + comb_cols, mix_comb, mask=row_ok[:, None, None])
+
+
+# --------------------------------------------------------------------------------------------
+# Launcher and public function
+
+
+def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, return_mix):
+    m, k = x2d.shape
+    compensated = path in ("compensated", "batch_invariant")
+    part_n = _PACKED_COLUMNS if compensated else _GATE_COLUMNS
+    device = x2d.device
+    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device) if return_mix else pre
+    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
+    if m == 0:
+        return outputs
+    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
+    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
+    _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
+        x2d,
+        w,
+        partial,
+        sqsum,
+        m,
+        k,
+        w.shape[0],
+        x2d.stride(0),
+        x2d.stride(1),
+        w.stride(0),
+        w.stride(1),
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=part_n,
+        BLOCK_K=cfg.block_k,
+        EVEN_K=k % cfg.block_k == 0,
+        PRECISION="ieee" if path == "small_row" else "tf32",
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
+        partial,
+        sqsum,
+        scale.contiguous(),
+        base.contiguous(),
+        pre,
+        post,
+        comb,
+        mix,
+        m,
+        cfg.splits,
+        float(k),
+        rms_eps,
+        eps,
+        post_mult,
+        PART_N=part_n,
+        COMPENSATED=compensated,
+        LO_COLUMN=_LO_COLUMN,
+        ITERS=iters,
+        BLOCK_S=max(2, triton.next_power_of_2(cfg.splits)),
+        BLOCK_R=cfg.finish_rows,
+        WRITE_MIX=return_mix,
+        num_warps=4,
+    )
+    return outputs
+
+
+def _check_config(cfg: SplitKConfig) -> None:
+    pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
+    if not (cfg.block_m in (16, 32, 64, 128) and pow2(cfg.block_k, 16)):
+        raise ValueError(
+            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
+        )
+    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 2)):
+        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2 >= 2")
+
+
+def hc_mix_stats(
+    x: torch.Tensor,
+    weights,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    *,
+    iters: int = 20,
+    rms_eps: float = 1e-6,
+    eps: float = 1e-6,
+    post_mult: float = 2.0,
+    mode: str = "auto",
+    return_mix: bool = False,
+    config: SplitKConfig | None = None,
+):
+    """mHC statistics of ``x``: ``(pre [m, 4], post [m, 4], comb [m, 4, 4])``, all fp32.
+
+    Args:
+        x: ``[m, 4H]`` bf16, the flattened streams (``[m, 4, H]`` is accepted and flattened).
+        weights: ``fn [24, 4H]`` fp32, or its :class:`HcDerivedWeights` (the compensated paths
+            split a bare ``fn`` on every call; pass the holder to split once).
+        scale: ``[3]`` fp32 (pre, post, comb). base: ``[24]`` fp32.
+        iters, rms_eps, eps, post_mult: V4's 20, 1e-6, 1e-6, 2.0.
+        mode: ``"auto"`` (compensated from 128 rows, small-row below), ``"compensated"``,
+            ``"small_row"``, ``"batch_invariant"`` or ``"single_pass_tf32"`` (see the module).
+        return_mix: also return ``mix [m, 24]`` fp32, the projection times the RMS factor.
+        config: a :class:`SplitKConfig` overriding the launch shape (tuning); in
+            ``batch_invariant`` mode invariance holds among calls that use the same one.
+
+    Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.
+    """
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16, torch.float32))
+    if x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != HC_MULT):
+        raise ValueError(f"x must be [m, 4H] or [m, 4, H], got shape {tuple(x.shape)}")
+    x2d = x.flatten(1)
+    holder = weights if isinstance(weights, HcDerivedWeights) else None
+    fn = check_tensor("weights", holder.fn if holder else weights, dtypes=(torch.float32,), ndim=2)
+    if fn.shape != (HC_MIX, x2d.shape[1]):
+        raise ValueError(f"weights must be [{HC_MIX}, {x2d.shape[1]}], got {tuple(fn.shape)}")
+    check_tensor("scale", scale, dtypes=(torch.float32,))
+    check_tensor("base", base, dtypes=(torch.float32,))
+    if scale.numel() != 3 or base.numel() != HC_MIX:
+        raise ValueError(f"scale must have 3 and base {HC_MIX} elements")
+    for name, t in (("weights", fn), ("scale", scale), ("base", base)):
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    packed = holder._require_active() if holder else None
+
+    if not hc_mix_stats_admission(x, weights, mode):
+        mix = hc_mix(x2d, fn, rms_eps=rms_eps, dtype=torch.float32)
+        stats = hc_gates(mix, scale, base, iters=iters, eps=eps, post_mult=post_mult)
+        return (*stats, mix) if return_mix else stats
+    path, _ = _path(x2d.shape[0], mode)
+    if path in ("compensated", "batch_invariant"):
+        w = packed if packed is not None else _pack_split(fn)
+    else:
+        w = fn  # small_row: fp32 FMA; single_pass_tf32: the tensor core reads split_tf32's hi
+    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], _num_sms(x.device))
+    _check_config(cfg)
+    return _launch(
+        x2d,
+        w,
+        scale,
+        base,
+        path=path,
+        cfg=cfg,
+        iters=iters,
+        rms_eps=rms_eps,
+        eps=eps,
+        post_mult=post_mult,
+        return_mix=return_mix,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Accuracy measures and check cases
+
+
+def mix_relative_error(mix: torch.Tensor, ref: torch.Tensor) -> float:
+    """``max|mix - ref| / max|ref|`` in float64: the projection's error relative to its scale."""
+    ref = ref.double()
+    return ((mix.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
+
+
+def stats_tolerances(mix_ref, scale, *, post_mult=2.0, mix_rtol=MIX_RTOL):
+    """Absolute tolerances ``(mix, pre, post, comb)`` that a mix within ``mix_rtol`` implies.
+
+    From ``δ = mix_rtol·max|mix_ref|``: σ' <= 1/4 gives ``|s0|·δ/4`` for ``pre`` and
+    ``post_mult·|s1|·δ/4`` for ``post``; Sinkhorn moved at most 0.6 per unit of logit in
+    float64 perturbation runs, bounded here by ``2·|s2|·δ``. Each adds fp32 rounding of the
+    gates (measured <= 3e-7; Sinkhorn's 40 steps included)."""
+    delta = mix_rtol * mix_ref.double().abs().max().item()
+    s0, s1, s2 = scale.double().abs().tolist()
+    return (delta, s0 * delta / 4 + 1e-6, post_mult * s1 * delta / 4 + 2e-6, 2 * s2 * delta + 4e-6)
+
+
+def stats_mismatches(ours, ref, scale, *, post_mult=2.0, mix_rtol=MIX_RTOL) -> int:
+    """Elements of ``(pre, post, comb, mix)`` farther from the float64 ``ref`` than tolerated."""
+    mix_tol, pre_tol, post_tol, comb_tol = stats_tolerances(
+        ref[3], scale, post_mult=post_mult, mix_rtol=mix_rtol
+    )
+    bad = 0
+    for a, b, tol in zip(
+        ours, (ref[0], ref[1], ref[2], ref[3]), (pre_tol, post_tol, comb_tol, mix_tol), strict=True
+    ):
+        bad += int(((a.double() - b.double()).abs() > tol).sum().item())
+        bad += int((~torch.isfinite(a)).sum().item())
+    return bad
+
+
+def example_inputs(m: int, hidden: int, *, device, seed: int = 0):
+    """``(x [m, 4·hidden] bf16, fn [24, 4·hidden], scale [3], base [24])`` with mix values of
+    order one and ``fn`` using all 23 mantissa bits (so single-pass TF32 visibly truncates)."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    k = HC_MULT * hidden
+    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
+    fn = torch.randn(HC_MIX, k, generator=gen) / k**0.5
+    scale = 0.5 + torch.rand(3, generator=gen)
+    base = 0.5 * torch.randn(HC_MIX, generator=gen)
+    return tuple(t.to(device) for t in (x, fn, scale, base))
+
+
+def reference_with_mix(x, fn, scale, base, *, dtype=torch.float64):
+    """Float64 (or fp32) ``(pre, post, comb, mix)`` at V4's defaults."""
+    mix = hc_mix(x.flatten(1), fn, dtype=dtype)
+    return (*hc_gates(mix, scale, base), mix)
+
+
+def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
+    hidden = 40 if small else 5120
+    shapes = (
+        [(5, "auto"), (130, "auto"), (7, "batch_invariant")]
+        if small
+        else [(m, "auto") for m in (1, 6, 64, 128, 1024, 4096, 16384)]
+        + [(6, "batch_invariant"), (4096, "batch_invariant")]
+    )
+    cases = []
+    for m, mode in shapes:
+        x, fn, scale, base = example_inputs(m, hidden, device=device, seed=m)
+        weights = HcDerivedWeights(fn)
+        run = functools.partial(hc_mix_stats, x, weights, scale, base, mode=mode, return_mix=True)
+        cases.append(
+            CheckCase(
+                op="hc_mix_stats",
+                shape=f"m={m} H={hidden} {mode}",
+                admission=hc_mix_stats_admission(x, weights, mode),
+                run=run,
+                reference=functools.partial(reference_with_mix, x, fn, scale, base),
+                mismatches=functools.partial(stats_mismatches, scale=scale),
+                baseline=functools.partial(
+                    reference_mix_stats, x, fn, scale, base, dtype=torch.float32
+                ),
+            )
+        )
+    return cases

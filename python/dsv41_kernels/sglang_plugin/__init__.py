@@ -1,0 +1,141 @@
+"""SGLang plugin: puts dsv41-kernels on the five DeepSeek-V4.1 / DSpark call sites of SGLang.
+
+SGLang (0.5.12.post1 and later) calls every function registered under the entry-point group
+``sglang.srt.plugins`` in each of its processes, then applies the hooks they registered with
+its ``HookRegistry``. :func:`register` is that function: it registers one AROUND hook per call
+site, each taking our op when the op's admission accepts the arguments and otherwise calling
+SGLang's original function unchanged. This package is the only code in dsv41-kernels that
+imports SGLang.
+
+Call sites (switch name, module): ``accept`` (greedy accept, :mod:`.accept`), ``router``
+(vision routing, :mod:`.router`), ``combine`` (mHC combine+norm with the MXFP8 epilogue,
+:mod:`.combine`), ``sched`` (FlashMLA scheduler metadata, :mod:`.sched`), ``mhc`` (mHC mixing
+statistics and their derived weights, :mod:`.mhc`).
+
+``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
+or ``all``. Each process logs one line saying what is on and what is off, and why. A call site
+whose SGLang target is missing (another SGLang release) is logged as off and left untouched;
+nothing here raises during start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import pkgutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+DISABLE_ENV = "DSV41_KERNELS_DISABLE"
+TESTED_SGLANG = "0.5.23"
+
+
+@dataclass(frozen=True)
+class Site:
+    """A call site: its switch name, the module holding its hooks, what it does."""
+
+    switch: str
+    module: str
+    summary: str
+
+
+SITES = (
+    Site("accept", f"{__name__}.accept", "greedy accept -> exact row_argmax / accept_greedy"),
+    Site("router", f"{__name__}.router", "vision routing -> moe_fused_gate with packed ids"),
+    Site("combine", f"{__name__}.combine", "mHC combine+norm -> hc_combine_norm(_mxfp8)"),
+    Site("sched", f"{__name__}.sched", "FlashMLA scheduler metadata -> decoding_sched_meta"),
+    Site("mhc", f"{__name__}.mhc", "mHC mixing statistics -> hc_mix_stats"),
+)
+SWITCHES = tuple(site.switch for site in SITES)
+
+_registered: dict[str, str] | None = None
+
+
+def disabled_switches(value: str) -> tuple[frozenset[str], tuple[str, ...]]:
+    """Parse ``DSV41_KERNELS_DISABLE``: (switches turned off, unknown names given)."""
+    names = {name.strip().lower() for name in value.split(",") if name.strip()}
+    if "all" in names:
+        return frozenset(SWITCHES), tuple(sorted(names - {"all", *SWITCHES}))
+    return frozenset(names & set(SWITCHES)), tuple(sorted(names - set(SWITCHES)))
+
+
+def unresolved(targets) -> list[str]:
+    """The dotted SGLang paths among ``targets`` that do not resolve, each with the reason."""
+    missing = []
+    for target in targets:
+        try:
+            pkgutil.resolve_name(target)
+        except Exception as e:  # ImportError, AttributeError, or whatever the import raises
+            missing.append(f"{target} ({type(e).__name__})")
+    return missing
+
+
+def install(environ: Mapping[str, str]) -> dict[str, str]:
+    """Register the hooks of every call site that is switched on and resolves.
+
+    Returns ``{switch: "on" | "off (reason)"}`` and logs it as one line. Hooks are only
+    registered here; SGLang's ``load_plugins()`` applies them right after.
+    """
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    disabled, unknown = disabled_switches(environ.get(DISABLE_ENV, ""))
+    status: dict[str, str] = {}
+    for site in SITES:
+        if site.switch in disabled:
+            status[site.switch] = f"off ({DISABLE_ENV})"
+            continue
+        try:
+            hooks = importlib.import_module(site.module)
+        except Exception as e:
+            status[site.switch] = f"off (cannot import its SGLang names: {type(e).__name__}: {e})"
+            continue
+        missing = unresolved([target for target, _, _ in hooks.HOOKS] + list(hooks.REQUIRES))
+        if missing:
+            status[site.switch] = f"off (missing in this SGLang: {', '.join(missing)})"
+            continue
+        for target, hook, hook_type in hooks.HOOKS:
+            HookRegistry.register(target, hook, hook_type)
+        status[site.switch] = "on"
+    logger.info(report_line(status, unknown))
+    return status
+
+
+def report_line(status: Mapping[str, str], unknown=()) -> str:
+    """The start-up line: which call sites are on, which are off and why."""
+    from dsv41_kernels import __version__
+
+    try:
+        from importlib.metadata import version
+
+        sglang_version = version("sglang")
+    except Exception:
+        sglang_version = "unknown"
+    on = [name for name, state in status.items() if state == "on"]
+    off = [f"{name} {state[len('off ') :]}" for name, state in status.items() if state != "on"]
+    line = (
+        f"dsv41-kernels {__version__} on sglang {sglang_version} (tested {TESTED_SGLANG}): "
+        f"on: {', '.join(on) or '-'}; off: {'; '.join(off) or '-'}"
+    )
+    if unknown:
+        line += f"; ignored unknown {DISABLE_ENV} names: {', '.join(unknown)}"
+    return line
+
+
+def register() -> None:
+    """The ``sglang.srt.plugins`` entry point; runs once per process, never raises."""
+    global _registered
+    if _registered is not None:
+        return
+    try:
+        _registered = install(os.environ)
+    except Exception:
+        _registered = {}
+        logger.exception("dsv41-kernels: plugin not installed; SGLang runs unchanged")
+
+
+def status() -> dict[str, str] | None:
+    """What :func:`register` decided in this process (None before it ran)."""
+    return None if _registered is None else dict(_registered)

@@ -1,0 +1,58 @@
+"""Call site 3: the mHC combine+norm -> :func:`dsv41_kernels.hc_combine_norm` (``_mxfp8``).
+
+``sglang.srt.models.deepseek_v4_mhc._combine(hc, state, quantized)`` collapses the four
+residual streams with ``pre``, rounds to bf16 and RMS-normalises. SGLang passes a list as
+``quantized`` exactly when the consuming projection accepts FlashInfer's swizzled MXFP8
+(``accepts_mxfp8_swizzled_input``); then ours writes the e4m3 data and the 128x4-swizzled
+scales in the same launch and appends them as SGLang's ``Mxfp8SwizzledInput``, and the
+consumer skips its own quantizer. Without a list, ours is the one-launch combine+norm on every
+device generation (SGLang fuses it only on Blackwell, and on Hopper for some row counts).
+
+Our combine+norm is batch-invariant with a fixed reduction order; it equals SGLang's within
+one bf16 ulp per element (the sum of squares is ordered differently), and the fused MXFP8
+outputs equal our quantizer applied to our ``y`` bit for bit.
+"""
+
+from __future__ import annotations
+
+import torch
+from sglang.srt.layers.quantization.mxfp8_input import Mxfp8SwizzledInput
+from sglang.srt.plugins.hook_registry import HookType
+
+from dsv41_kernels import hc_combine_norm, hc_combine_norm_admission, hc_combine_norm_mxfp8
+from dsv41_kernels.admission import Admission, refuse
+
+_TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
+MAX_QUANTIZED_ROWS = 128
+"""Rows up to which SGLang 0.5.23 hands a pre-quantized input to the projection; above it the
+consumer quantizes for itself, and we keep that contract."""
+
+
+def combine_admission(hc, state) -> Admission:
+    """Ours for this combine, or SGLang's (pure: shapes, dtypes, module flags)."""
+    x, pre, norm = state.streams, state.pre, hc.norm
+    if not isinstance(x, torch.Tensor) or pre is None:
+        return refuse("no materialised residual or no pre (first sublayer)")
+    if x.dim() != 3 or x.shape[1] != hc.cfg.mult or hc.cfg.mult != 4:
+        return refuse("residual is not [m, 4, H]")
+    if x.dtype != torch.bfloat16 or norm.weight.dtype != torch.bfloat16:
+        return refuse("residual or norm weight not bf16")
+    if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
+        return refuse("RMSNorm variant our kernel does not compute")
+    return hc_combine_norm_admission(x.flatten(1), pre, norm.weight)
+
+
+def combine_hook(original, hc, state, quantized):
+    if not combine_admission(hc, state):
+        return original(hc, state, quantized)
+    x_flat = state.streams.flatten(1)
+    weight, eps = hc.norm.weight, hc.norm.variance_epsilon
+    if quantized is not None and x_flat.shape[0] <= MAX_QUANTIZED_ROWS:
+        y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
+        quantized.append(Mxfp8SwizzledInput(q.data, q.scales))
+        return y
+    return hc_combine_norm(x_flat, state.pre, weight, eps)
+
+
+HOOKS = ((_TARGET, combine_hook, HookType.AROUND),)
+REQUIRES = ("sglang.srt.models.deepseek_v4_mhc.HcState",)

@@ -1,0 +1,410 @@
+// FlashMLA's split-KV decoding schedule (specs.md section A), computed on the device.
+//
+// Two kernels with the same output, bit for bit:
+// - sched_meta_warp_kernel keeps FlashMLA's structure: one warp gathers the per-request data,
+//   lane 0 walks every partition and stores each record to global memory. It is the "before"
+//   arm of the benchmark and a second oracle in the tests.
+// - sched_meta_block_kernel spreads the per-request pass and the write-out over a block of 256
+//   threads. One thread still walks (each step depends on the last), but keeps the request it
+//   is consuming in registers, stores only two shared-memory vectors per partition and stops
+//   as soon as the last request is consumed; the partitions left over, which all carry the same
+//   record, are filled in parallel with the rest.
+//
+// Exported functions take the outputs and the (optional) length tensors as TensorViews plus
+// ints, launch on tvm-ffi's stream for the device (torch's current stream), never sync the
+// host and never allocate, so they can be captured in a CUDA graph.
+
+#include <cuda_runtime.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/cuda/device_guard.h>
+#include <tvm/ffi/function.h>
+
+#include <array>
+#include <cstdint>
+
+namespace {
+
+using tvm::ffi::TensorView;
+
+struct SchedParams {
+  int* metadata;                 // int32 [num_sm_parts, 8], 16-byte aligned, contiguous
+  int* num_splits;               // int32 [batch_size + 1]
+  const int* topk_length;        // int32 [batch_size] or nullptr (every request has topk)
+  const int* extra_topk_length;  // int32 [batch_size] or nullptr (every request has extra_topk)
+  const int* seqlens_k;          // int32 [batch_size], dense mode (topk == -1) only
+  int batch_size;
+  int num_sm_parts;
+  int block_size_n;
+  int fixed_overhead;  // blocks' worth of cost charged per chunk of a request
+  int topk;            // -1: dense decode
+  int extra_topk;      // 0: no extra cache
+};
+
+// Tokens request i attends to, as FlashMLA counts them (C int arithmetic, truncating division).
+__device__ __forceinline__ int request_tokens(const SchedParams& p, int i) {
+  if (p.topk == -1) return p.seqlens_k[i];
+  int tokens = p.topk_length != nullptr ? p.topk_length[i] : p.topk;
+  if (tokens == 0) tokens = 1;  // the main loop is never empty
+  if (p.extra_topk != 0) {
+    // The main part is rounded up to a whole block before the extra part is added.
+    tokens = (tokens + p.block_size_n - 1) / p.block_size_n * p.block_size_n;
+    tokens += p.extra_topk_length != nullptr ? p.extra_topk_length[i] : p.extra_topk;
+  }
+  return tokens;
+}
+
+__device__ __forceinline__ int last_block_of(int tokens, int block_size_n) {
+  return max(tokens - 1, 0) / block_size_n;
+}
+
+// ------------------------------------------------------------------------------------------
+// Baseline: FlashMLA's structure (one warp, lane 0 walks, one global store per record).
+
+struct alignas(16) Record {  // stored as two 16-byte vectors
+  int begin_req_idx, end_req_idx, begin_block_idx, end_block_idx;
+  int begin_split_idx, is_first_req_splitted, is_last_req_splitted, pad;
+};
+
+__global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
+  extern __shared__ int warp_smem[];
+  const int b = p.batch_size;
+  // FlashMLA's shared arrays in its order. first_block[b], read for the partitions left over
+  // once the walk is done, is last_block[0]: that is the value FlashMLA's records carry.
+  int* num_blocks = warp_smem;
+  int* splits = num_blocks + b;
+  int* s_k = splits + b + 1;
+  int* first_block = s_k + b;
+  int* last_block = first_block + b;
+
+  const int lane = threadIdx.x;
+  int total = 0;
+  for (int i = lane; i < b; i += 32) {
+    const int tokens = request_tokens(p, i);
+    s_k[i] = tokens;
+    first_block[i] = 0;
+    last_block[i] = last_block_of(tokens, p.block_size_n);
+    num_blocks[i] = last_block[i] + 1;
+    total += num_blocks[i] + p.fixed_overhead;
+  }
+  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  __syncwarp();
+
+  if (lane == 0) {
+    const int overhead = p.fixed_overhead;
+    const int payload = (total + p.num_sm_parts - 1) / p.num_sm_parts + overhead;
+    int req = 0, blk = 0, nsplit = 0, cum = 0;
+    splits[0] = 0;
+    for (int part = 0; part < p.num_sm_parts; ++part) {
+      Record rec;
+      rec.begin_req_idx = req;
+      rec.begin_block_idx = blk + first_block[req];
+      rec.begin_split_idx = nsplit;
+      rec.is_first_req_splitted = blk != 0;
+      int rem = payload;
+      while (req < b) {
+        const int left = num_blocks[req] - blk;
+        if (rem >= left + overhead) {
+          cum += nsplit + 1;
+          splits[req + 1] = cum;
+          rem -= left + overhead;
+          ++req;
+          blk = 0;
+          nsplit = 0;
+        } else {
+          if (rem - overhead > 0) {
+            blk += rem - overhead;
+            ++nsplit;
+          }
+          break;
+        }
+      }
+      if (blk > 0) {
+        rec.end_req_idx = req;
+        rec.end_block_idx = blk + first_block[req];
+      } else {
+        rec.end_req_idx = req - 1;
+        rec.end_block_idx = s_k[req - 1] == 0 ? 0 : last_block[req - 1] + 1;
+      }
+      const int e = rec.end_req_idx;
+      rec.is_last_req_splitted = rec.end_block_idx != last_block[e] + 1 && s_k[e] != 0;
+      if (rec.begin_req_idx == rec.end_req_idx) {
+        const int split = rec.is_first_req_splitted | rec.is_last_req_splitted;
+        rec.is_first_req_splitted = rec.is_last_req_splitted = split;
+      }
+      rec.pad = 0;
+      reinterpret_cast<Record*>(p.metadata)[part] = rec;
+    }
+  }
+  __syncwarp();
+  for (int i = lane; i <= b; i += 32) p.num_splits[i] = splits[i];
+}
+
+// ------------------------------------------------------------------------------------------
+// Block-parallel kernel.
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Staging beyond this takes the global-memory variant rather than an opt-in attribute call.
+constexpr size_t kDefaultSmemLimit = 48 * 1024;
+
+// What the per-request pass and the walk hand to the next phase (head of shared memory).
+struct alignas(16) WalkSummary {
+  int warp_total[kWarps];  // per-warp sums of num_blocks + fixed_overhead
+  int walked;              // partitions the walk visited; the rest are left over
+  int last_block0;         // last_block[0]: begin_block_idx of every left-over partition
+  int final_end_block;     // end_block_idx of every left-over partition
+  int unused;
+};
+
+// Where the staging lives:
+//   stage: int [b + 1]. The per-request pass writes, for request i, the end block it has once
+//     finished (0 for an empty dense request, else its block count; block count = max(., 1)).
+//     The walk reads entry i + 1 ahead and then overwrites it with num_splits[i + 1].
+//   rows: int4 [num_sm_parts][2]: the walk's state where each visited partition begins
+//     (req, blk, nsplit, -) and ends (req, blk, end block of the last finished request, -).
+// kStagedInSmem: both in dynamic shared memory. Otherwise (too large) stage is num_splits and
+// rows is the metadata itself, each row rewritten in place by the thread that reads it.
+template <bool kStagedInSmem>
+__global__ void __launch_bounds__(kThreads, 1) sched_meta_block_kernel(SchedParams p) {
+  extern __shared__ int4 block_smem[];
+  WalkSummary& summary = *reinterpret_cast<WalkSummary*>(block_smem);
+  int4* rows = kStagedInSmem ? block_smem + sizeof(WalkSummary) / sizeof(int4)
+                             : reinterpret_cast<int4*>(p.metadata);
+  int* stage = kStagedInSmem ? reinterpret_cast<int*>(rows + 2 * p.num_sm_parts) : p.num_splits;
+  const int b = p.batch_size;
+  const int parts = p.num_sm_parts;
+  const int overhead = p.fixed_overhead;
+  const int tid = threadIdx.x;
+
+  // Per-request pass, spread over the block.
+  int partial = 0;
+  for (int i = tid; i < b; i += kThreads) {
+    const int tokens = request_tokens(p, i);
+    const int num_blocks = last_block_of(tokens, p.block_size_n) + 1;
+    stage[i] = tokens == 0 ? 0 : num_blocks;
+    partial += num_blocks + overhead;
+  }
+  partial = __reduce_add_sync(0xffffffffu, partial);
+  if (tid % 32 == 0) summary.warp_total[tid / 32] = partial;
+  __syncthreads();
+
+  // The walk (specs A.5), one thread. The request being consumed lives in registers.
+  if (tid == 0) {
+    int total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) total += summary.warp_total[w];
+    const int payload = (total + parts - 1) / parts + overhead;
+    int req = 0, blk = 0, nsplit = 0, cum = 0;
+    int end_cur = stage[0];
+    int num_blocks_cur = max(end_cur, 1);
+    int end_next = stage[1];  // read ahead: the walk overwrites stage[req + 1] before moving on
+    int end_done = 0;         // end block of the last finished request
+    summary.last_block0 = num_blocks_cur - 1;
+    int part = 0;
+    while (part < parts) {
+      const int4 begin = make_int4(req, blk, nsplit, 0);
+      int rem = payload;
+      while (true) {
+        const int need = num_blocks_cur - blk + overhead;
+        if (rem < need) {
+          if (rem > overhead) {  // room for at least one block: cut the request here
+            blk += rem - overhead;
+            ++nsplit;
+          }
+          break;
+        }
+        rem -= need;
+        cum += nsplit + 1;
+        stage[req + 1] = cum;  // num_splits[req + 1]
+        end_done = end_cur;
+        ++req;
+        blk = 0;
+        nsplit = 0;
+        if (req == b) break;
+        end_cur = end_next;
+        num_blocks_cur = max(end_cur, 1);
+        end_next = stage[req + 1];
+      }
+      rows[2 * part] = begin;
+      rows[2 * part + 1] = make_int4(req, blk, end_done, 0);
+      ++part;
+      if (req == b) break;
+    }
+    summary.walked = part;
+    summary.final_end_block = end_done;
+  }
+  __syncthreads();
+
+  // Write-out, spread over the block: one 32-byte record per thread and partition.
+  const int walked = summary.walked;
+  int4* out = reinterpret_cast<int4*>(p.metadata);
+  for (int part = tid; part < parts; part += kThreads) {
+    int4 lo, hi;
+    if (part < walked) {
+      const int4 begin = rows[2 * part];
+      const int4 end = rows[2 * part + 1];
+      // A partition that stops inside a request has cut it (blk < its block count, and only
+      // requests of 2+ blocks, so with tokens > 0, are ever cut): is_last_req_splitted = 1.
+      // One that stops on a boundary ends its last request exactly: is_last_req_splitted = 0.
+      const bool cut = end.y > 0;
+      const int end_req = cut ? end.x : end.x - 1;
+      const int end_block = cut ? end.y : end.z;
+      int first_split = begin.y != 0;
+      int last_split = cut;
+      if (begin.x == end_req) first_split = last_split = first_split | last_split;
+      lo = make_int4(begin.x, end_req, begin.y, end_block);
+      hi = make_int4(begin.z, first_split, last_split, 0);
+    } else {
+      lo = make_int4(b, b - 1, summary.last_block0, summary.final_end_block);
+      hi = make_int4(0, 0, 0, 0);
+    }
+    out[2 * part] = lo;
+    out[2 * part + 1] = hi;
+  }
+  if (tid == 0) p.num_splits[0] = 0;
+  if constexpr (kStagedInSmem) {
+    for (int i = tid + 1; i <= b; i += kThreads) p.num_splits[i] = stage[i];
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+// Host side.
+
+int* int32_data(const TensorView& t) {
+  return reinterpret_cast<int*>(static_cast<char*>(t.data_ptr()) + t.byte_offset());
+}
+
+void check_int32_cuda(const TensorView& t, const char* name, int64_t numel, int device_id) {
+  const DLDataType dt = t.dtype();
+  if (dt.code != kDLInt || dt.bits != 32 || dt.lanes != 1) {
+    TVM_FFI_THROW(ValueError) << name << " must be int32";
+  }
+  if (t.device().device_type != kDLCUDA || t.device().device_id != device_id) {
+    TVM_FFI_THROW(ValueError) << name << " must be on the outputs' CUDA device";
+  }
+  if (!t.IsContiguous() || t.numel() != numel) {
+    TVM_FFI_THROW(ValueError) << name << " must be contiguous with " << numel << " elements";
+  }
+}
+
+SchedParams make_params(const TensorView& metadata, const TensorView& num_splits,
+                        const TensorView& topk_length, const TensorView& extra_topk_length,
+                        const TensorView& seqlens_k, bool has_topk_length,
+                        bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
+                        int64_t fixed_overhead, int64_t topk, int64_t extra_topk) {
+  if (metadata.ndim() != 2 || metadata.size(1) != 8 || metadata.size(0) < 1) {
+    TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be [num_sm_parts >= 1, 8]";
+  }
+  if (num_splits.ndim() != 1 || num_splits.size(0) < 2) {
+    TVM_FFI_THROW(ValueError) << "num_splits must be [batch_size + 1] with batch_size >= 1";
+  }
+  const int device_id = metadata.device().device_id;
+  const int64_t parts = metadata.size(0);
+  const int64_t b = num_splits.size(0) - 1;
+  check_int32_cuda(metadata, "tile_scheduler_metadata", parts * 8, device_id);
+  check_int32_cuda(num_splits, "num_splits", b + 1, device_id);
+  if (reinterpret_cast<uintptr_t>(int32_data(metadata)) % 16 != 0) {
+    TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be 16-byte aligned";
+  }
+  if (has_topk_length) check_int32_cuda(topk_length, "topk_length", b, device_id);
+  if (has_extra_topk_length) check_int32_cuda(extra_topk_length, "extra_topk_length", b, device_id);
+  if (has_seqlens_k) check_int32_cuda(seqlens_k, "seqlens_k", b, device_id);
+  if (topk == -1 && !has_seqlens_k) TVM_FFI_THROW(ValueError) << "dense mode needs seqlens_k";
+  if (block_size_n < 1 || fixed_overhead < 0 || (topk != -1 && (topk < 1 || extra_topk < 0))) {
+    TVM_FFI_THROW(ValueError) << "block_size_n, fixed_overhead_num_blocks, topk or extra_topk "
+                                 "out of range";
+  }
+  SchedParams p;
+  p.metadata = int32_data(metadata);
+  p.num_splits = int32_data(num_splits);
+  p.topk_length = has_topk_length ? int32_data(topk_length) : nullptr;
+  p.extra_topk_length = has_extra_topk_length ? int32_data(extra_topk_length) : nullptr;
+  p.seqlens_k = has_seqlens_k ? int32_data(seqlens_k) : nullptr;
+  p.batch_size = static_cast<int>(b);
+  p.num_sm_parts = static_cast<int>(parts);
+  p.block_size_n = static_cast<int>(block_size_n);
+  p.fixed_overhead = static_cast<int>(fixed_overhead);
+  p.topk = static_cast<int>(topk);
+  p.extra_topk = static_cast<int>(extra_topk);
+  return p;
+}
+
+cudaStream_t env_stream(int device_id) {
+  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device_id));
+}
+
+void check_launch() {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    TVM_FFI_THROW(RuntimeError) << "decoding_sched_meta launch failed: " << cudaGetErrorString(err);
+  }
+}
+
+// Block-parallel kernel. Staging of 48 KB or less goes to shared memory with no attribute call;
+// beyond that (about 11 000 requests at 132 partitions) the staging lives in the outputs.
+void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView topk_length,
+                         TensorView extra_topk_length, TensorView seqlens_k, bool has_topk_length,
+                         bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
+                         int64_t fixed_overhead, int64_t topk, int64_t extra_topk) {
+  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length,
+                                    seqlens_k, has_topk_length, has_extra_topk_length,
+                                    has_seqlens_k, block_size_n, fixed_overhead, topk, extra_topk);
+  const int device_id = metadata.device().device_id;
+  tvm::ffi::CUDADeviceGuard guard(device_id);
+  const cudaStream_t stream = env_stream(device_id);
+  const size_t staged_bytes = sizeof(WalkSummary) + 2 * sizeof(int4) * p.num_sm_parts +
+                              sizeof(int) * (static_cast<size_t>(p.batch_size) + 1);
+  if (staged_bytes <= kDefaultSmemLimit) {
+    sched_meta_block_kernel<true><<<1, kThreads, staged_bytes, stream>>>(p);
+  } else {
+    sched_meta_block_kernel<false><<<1, kThreads, sizeof(WalkSummary), stream>>>(p);
+  }
+  check_launch();
+}
+
+// FlashMLA-structured baseline. Its 4 * (5b + 1) bytes of shared memory need the opt-in
+// attribute past 48 KB; it is set once per device and size, off the benchmark's path.
+void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
+                                  TensorView topk_length, TensorView extra_topk_length,
+                                  TensorView seqlens_k, bool has_topk_length,
+                                  bool has_extra_topk_length, bool has_seqlens_k,
+                                  int64_t block_size_n, int64_t fixed_overhead, int64_t topk,
+                                  int64_t extra_topk) {
+  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length,
+                                    seqlens_k, has_topk_length, has_extra_topk_length,
+                                    has_seqlens_k, block_size_n, fixed_overhead, topk, extra_topk);
+  const int device_id = metadata.device().device_id;
+  tvm::ffi::CUDADeviceGuard guard(device_id);
+  const cudaStream_t stream = env_stream(device_id);
+  const size_t smem_bytes = sizeof(int) * (5 * static_cast<size_t>(p.batch_size) + 1);
+  if (smem_bytes > kDefaultSmemLimit) {
+    static std::array<size_t, 64> configured{};  // per device: the opt-in size already set
+    int optin = 0;
+    cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id);
+    if (smem_bytes > static_cast<size_t>(optin)) {
+      TVM_FFI_THROW(ValueError) << "baseline_decoding_sched_meta: batch_size " << p.batch_size
+                                << " needs " << smem_bytes << " bytes of shared memory, over "
+                                << optin;
+    }
+    if (device_id < 0 || device_id >= static_cast<int>(configured.size()) ||
+        configured[device_id] < smem_bytes) {
+      const cudaError_t err = cudaFuncSetAttribute(
+          sched_meta_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(smem_bytes));
+      if (err != cudaSuccess) {
+        TVM_FFI_THROW(RuntimeError) << "cudaFuncSetAttribute: " << cudaGetErrorString(err);
+      }
+      if (device_id >= 0 && device_id < static_cast<int>(configured.size())) {
+        configured[device_id] = smem_bytes;
+      }
+    }
+  }
+  sched_meta_warp_kernel<<<1, 32, smem_bytes, stream>>>(p);
+  check_launch();
+}
+
+}  // namespace
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(decoding_sched_meta, decoding_sched_meta);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(baseline_decoding_sched_meta, baseline_decoding_sched_meta);

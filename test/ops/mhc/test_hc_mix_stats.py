@@ -1,0 +1,423 @@
+import pytest
+import torch
+
+from dsv41_kernels import HcDerivedWeights, hc_mix_stats, hc_mix_stats_admission, split_tf32
+from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.ops.mhc.hc_mix_stats import (
+    MIX_RTOL,
+    DerivedWeightsActiveError,
+    example_inputs,
+    mix_relative_error,
+    reference_with_mix,
+    split_k_config,
+    stats_mismatches,
+)
+from dsv41_kernels.reference.mhc import hc_mix_stats as ref_mix_stats
+from dsv41_kernels.reference.mhc import hc_post, hc_pre, hc_sinkhorn
+
+needs_kernel = pytest.mark.skipif(
+    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
+)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def bits(t):
+    return t.view(torch.int32)
+
+
+def assert_rows_equal(a, b):
+    """Bitwise equality of every output (pre, post, comb, mix)."""
+    for u, v in zip(a, b, strict=True):
+        assert torch.equal(bits(u.contiguous()), bits(v.contiguous()))
+
+
+# ---- references ----------------------------------------------------------------------------
+
+
+def test_references_float64_and_float32_agree():
+    x, fn, scale, base = example_inputs(16, 256, device="cpu", seed=1)
+    ref64 = reference_with_mix(x, fn, scale, base)
+    ref32 = reference_with_mix(x, fn, scale, base, dtype=torch.float32)
+    assert all(t.dtype == torch.float32 for t in ref32)
+    assert mix_relative_error(ref32[3], ref64[3]) < 1e-6
+    assert stats_mismatches(ref32, ref64, scale) == 0
+
+
+def test_sinkhorn_rows_and_columns_sum_to_one():
+    logits = torch.randn(256, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    for dtype, col_tol in ((torch.float64, 2e-6), (torch.float32, 3e-6)):
+        comb = hc_sinkhorn(logits.to(dtype))
+        assert (comb.sum(-2) - 1).abs().max() < col_tol  # the last step normalises columns
+        assert (comb.sum(-1) - 1).abs().max() < 1e-3
+        assert (comb > 0).all()
+
+
+def test_hc_pre_combines_with_pre_and_hc_post_sums_over_the_source_stream():
+    gen = torch.Generator().manual_seed(3)
+    m, hidden = 5, 16
+    x, fn, scale, base = example_inputs(m, hidden, device="cpu", seed=3)
+    x3 = x.reshape(m, 4, hidden)
+    x_in, pre, post, comb = hc_pre(x3, fn, scale, base)
+    assert x_in.dtype == torch.bfloat16 and x_in.shape == (m, hidden)
+    loop = sum(pre[:, i, None] * x3[:, i].double() for i in range(4))
+    assert torch.equal(x_in, loop.to(torch.bfloat16))
+    x_in32, *stats32 = hc_pre(x3, fn, scale, base, dtype=torch.float32)
+    assert (x_in32.float() - x_in.float()).abs().max() <= 2**-6 * x_in.float().abs().max()
+    assert all(s.dtype == torch.float32 for s in stats32)
+
+    # comb[i][j] weighs source stream i into destination j: a permutation moves streams.
+    y = torch.randn(m, hidden, generator=gen).to(torch.bfloat16)
+    res = torch.randn(m, 4, hidden, generator=gen).to(torch.bfloat16)
+    sigma = [2, 0, 3, 1]
+    perm = torch.zeros(m, 4, 4, dtype=torch.float64)
+    for i, j in enumerate(sigma):
+        perm[:, i, j] = 1.0
+    moved = hc_post(y, res, torch.zeros(m, 4, dtype=torch.float64), perm)
+    for i, j in enumerate(sigma):
+        assert torch.equal(moved[:, j], res[:, i])
+    out = hc_post(y, res, post, comb)
+    loop = torch.stack(
+        [
+            post[:, j, None] * y.double()
+            + sum(comb[:, i, j, None] * res[:, i].double() for i in range(4))
+            for j in range(4)
+        ],
+        dim=1,
+    )
+    assert torch.equal(out, loop.to(torch.bfloat16))
+
+
+# ---- split_tf32 ----------------------------------------------------------------------------
+
+SPECIAL = [
+    0.0,
+    -0.0,
+    1.0,
+    -1.0,
+    1.0000001,
+    -3.1415927,
+    2.0**-126,
+    -(2.0**-126),
+    1e-45,
+    -1e-45,
+    2.0**-149 * 8191,
+    2.0**-149 * 8193,
+    1.1754942e-38,
+    3.4028235e38,
+    -3.4028235e38,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+]
+
+
+def assert_split_exact(w):
+    hi, lo = split_tf32(w)
+    finite = torch.isfinite(w)
+    assert torch.equal(bits(hi + lo)[finite], bits(w)[finite])  # -0.0 included
+    assert (bits(hi)[finite] & 0x1FFF == 0).all()
+    assert (hi.abs() <= w.abs())[finite].all()  # truncation: toward zero
+    assert torch.equal(torch.signbit(lo)[finite], torch.signbit(w)[finite])
+    assert torch.equal(hi.double()[finite] + lo.double()[finite], w.double()[finite])
+    assert torch.equal(bits(hi)[~finite], bits(w)[~finite])  # non-finite: not split
+    assert (lo[~finite] == 0).all()
+
+
+def test_split_tf32_special_values():
+    w = torch.tensor(SPECIAL, dtype=torch.float32)
+    assert_split_exact(w)
+    hi, lo = split_tf32(w)
+    assert bits(hi)[1] == bits(lo)[1] == bits(torch.tensor(-0.0))  # -0 -> (-0, -0)
+    one_ulp = torch.tensor([1.0000001])
+    assert split_tf32(one_ulp)[0].item() == 1.0 and split_tf32(one_ulp)[1].item() == 2.0**-23
+    # what the tensor core reads (C.7): 0x3F801FFF -> 0x3F800000, 0x3FFFFFFF -> 0x3FFFE000
+    raw = torch.tensor([0x3F801FFF, 0x3FFFFFFF], dtype=torch.int32).view(torch.float32)
+    assert bits(split_tf32(raw)[0]).tolist() == [0x3F800000, 0x3FFFE000]
+
+
+def test_split_tf32_random_bit_patterns():
+    gen = torch.Generator().manual_seed(5)
+    patterns = torch.randint(-(2**31), 2**31 - 1, (20000,), generator=gen, dtype=torch.int64)
+    assert_split_exact(patterns.to(torch.int32).view(torch.float32))
+    assert_split_exact(torch.randn(24, 1024, generator=gen))
+
+
+def test_split_tf32_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="w"):
+        split_tf32(torch.ones(3, dtype=torch.float64))
+
+
+# ---- derived weights and the update guard --------------------------------------------------
+
+
+def test_guard_refuses_in_place_update_and_names_the_fix():
+    module = torch.nn.Module()
+    module.inner = torch.nn.Module()
+    fn = torch.randn(24, 64)
+    original = fn.clone()
+    holder = HcDerivedWeights(fn, name="layers.0.hc_attn_fn", owner=module.inner)
+    assert torch.equal(holder.hi + holder.lo, fn) and holder.active
+    assert "release()" in module.inner._derived_weight_cache_error
+    reason = HcDerivedWeights.refuse_update_reason(module)
+    assert reason is not None and "layers.0.hc_attn_fn" in reason and "release()" in reason
+
+    with pytest.raises(DerivedWeightsActiveError, match=r"release\(\)"):
+        holder.update_(torch.zeros(24, 64))
+    with pytest.raises(DerivedWeightsActiveError, match=r"release\(\)"):
+        holder.assert_updatable()
+    assert torch.equal(fn, original) and torch.equal(holder.fn, original)  # nothing written
+
+    holder.release()
+    assert not holder.active and module.inner._derived_weight_cache_error is None
+    assert HcDerivedWeights.refuse_update_reason(module) is None
+    holder.update_(torch.zeros(24, 64))
+    assert (fn == 0).all()
+    with pytest.raises(ValueError, match="released"):
+        _ = holder.hi
+
+
+def test_guard_with_two_holders_on_one_owner():
+    owner = torch.nn.Module()
+    attn = HcDerivedWeights(torch.randn(24, 32), name="attn", owner=owner)
+    ffn = HcDerivedWeights(torch.randn(24, 32), name="ffn", owner=owner)
+    attn.release()
+    assert "'ffn'" in owner._derived_weight_cache_error
+    ffn.release()
+    assert owner._derived_weight_cache_error is None
+
+
+@needs_kernel
+def test_released_or_stale_weights_are_refused():
+    x, fn, scale, base = example_inputs(3, 16, device=DEVICE)
+    holder = HcDerivedWeights(fn)
+    fn.add_(1.0)  # bypasses the guard: caught at the next use
+    with pytest.raises(RuntimeError, match="modified in place"):
+        hc_mix_stats(x, holder, scale, base)
+    holder.release()
+    with pytest.raises(ValueError, match="released"):
+        hc_mix_stats(x, holder, scale, base)
+
+
+# ---- admission, validation, launch shapes --------------------------------------------------
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    "m,mode,path",
+    [
+        (1, "auto", "small_row"),
+        (127, "auto", "small_row"),
+        (128, "auto", "compensated"),
+        (3, "compensated", "compensated"),
+        (300, "batch_invariant", "batch_invariant"),
+        (5, "single_pass_tf32", "single_pass_tf32"),
+    ],
+)
+def test_admission_names_the_path(m, mode, path):
+    x = torch.zeros(m, 64, dtype=torch.bfloat16, device=DEVICE)
+    adm = hc_mix_stats_admission(x, torch.zeros(24, 64, device=DEVICE), mode)
+    assert adm and adm.reason.startswith(path + ":")
+
+
+def test_admission_refuses_without_triton_device_and_fallback_is_fp32_torch(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    adm = hc_mix_stats_admission(x, fn)
+    assert not adm and "without a Triton device" in adm.reason
+    ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, return_mix=True)
+    ref = reference_with_mix(x, fn, scale, base, dtype=torch.float32)
+    assert_rows_equal(ours, ref)
+    assert_rows_equal(ours[:3], ref_mix_stats(x, fn, scale, base, dtype=torch.float32))
+
+
+@needs_kernel
+def test_admission_refuses_non_bf16_x():
+    x, fn, scale, base = example_inputs(4, 16, device=DEVICE)
+    adm = hc_mix_stats_admission(x.float(), fn)
+    assert not adm and "bf16" in adm.reason
+
+
+def test_bad_arguments_name_themselves():
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    with pytest.raises(ValueError, match="mode"):
+        hc_mix_stats(x, fn, scale, base, mode="fast")
+    with pytest.raises(ValueError, match="x"):
+        hc_mix_stats(x[0], fn, scale, base)
+    with pytest.raises(ValueError, match="weights"):
+        hc_mix_stats(x, fn[:, :32], scale, base)
+    with pytest.raises(ValueError, match="weights"):
+        hc_mix_stats(x, fn.double(), scale, base)
+    with pytest.raises(ValueError, match="scale"):
+        hc_mix_stats(x, fn, scale[:2], base)
+    with pytest.raises(ValueError, match="iters"):
+        hc_mix_stats(x, fn, scale, base, iters=0)
+    with pytest.raises(ValueError, match="fn"):
+        HcDerivedWeights(fn[:8])
+
+
+@pytest.mark.parametrize(
+    "path", ["compensated", "small_row", "batch_invariant", "single_pass_tf32"]
+)
+def test_launch_shapes_fit_grid_limits_up_to_65536_rows(path):
+    for k in (4 * 4096, 4 * 5120, 4 * 7168, 160):
+        for m in (1, 6, 64, 127, 128, 1024, 4096, 16384, 65536):
+            cfg = split_k_config(path, m, k, 132)
+            assert -(-m // cfg.block_m) < 2**31 and -(-m // cfg.finish_rows) < 2**31
+            assert 1 <= cfg.splits <= min(256, -(-k // cfg.block_k))  # grid axis 1 <= 65535
+    invariant = {split_k_config("batch_invariant", m, 20480, 132) for m in (1, 384, 4096, 65536)}
+    assert len(invariant) == 1
+    assert split_k_config("compensated", 6, 20480, 132).splits > 1  # small m fills the machine
+
+
+# ---- the kernels under the interpreter (structure; no TF32 there) --------------------------
+
+KERNEL_CASES = [
+    (1, 16, "auto"),
+    (5, 40, "auto"),  # K = 160: the last K block is partial
+    (130, 32, "auto"),  # compensated, three row tiles
+    (3, 32, "compensated"),
+    (70, 16, "small_row"),  # two row tiles
+    (9, 32, "batch_invariant"),
+    (9, 32, "single_pass_tf32"),
+]
+
+
+@needs_kernel
+@pytest.mark.parametrize("m,hidden,mode", KERNEL_CASES)
+def test_kernels_against_references(m, hidden, mode):
+    x, fn, scale, base = example_inputs(m, hidden, device=DEVICE, seed=m + hidden)
+    ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, mode=mode, return_mix=True)
+    assert [tuple(t.shape) for t in ours] == [(m, 4), (m, 4), (m, 4, 4), (m, 24)]
+    ref = reference_with_mix(x, fn, scale, base)
+    if mode != "single_pass_tf32" or not torch.cuda.is_available():
+        assert stats_mismatches(ours, ref, scale) == 0
+    assert (ours[2].sum(-2) - 1).abs().max() < 3e-6
+    # A bare fn (split per call) and [m, 4, H] input give the same bits.
+    again = hc_mix_stats(x.reshape(m, 4, hidden), fn, scale, base, mode=mode, return_mix=True)
+    assert_rows_equal(ours, again)
+    assert_rows_equal(ours[:3], hc_mix_stats(x, fn, scale, base, mode=mode))
+
+
+@needs_kernel
+def test_kernel_options_reach_the_finisher():
+    x, fn, scale, base = example_inputs(6, 16, device=DEVICE, seed=8)
+    ours = hc_mix_stats(x, fn, scale, base, iters=3, rms_eps=1e-3, eps=1e-4, post_mult=1.0)
+    ref = ref_mix_stats(x, fn, scale, base, iters=3, rms_eps=1e-3, eps=1e-4, post_mult=1.0)
+    for a, b in zip(ours, ref, strict=True):
+        assert (a.double() - b).abs().max() < 1e-5
+
+
+@needs_kernel
+def test_empty_batch():
+    x, fn, scale, base = example_inputs(0, 16, device=DEVICE)
+    pre, post, comb = hc_mix_stats(x, fn, scale, base)
+    assert pre.shape == (0, 4) and comb.shape == (0, 4, 4)
+
+
+@needs_kernel
+def test_batch_invariant_mode_is_independent_of_batch_and_position():
+    hidden = 32
+    x, fn, scale, base = example_inputs(70, hidden, device=DEVICE, seed=9)
+    holder = HcDerivedWeights(fn)
+    run = lambda rows: hc_mix_stats(
+        rows, holder, scale, base, mode="batch_invariant", return_mix=True
+    )
+    full = run(x)
+    for r in (0, 1, 63, 64, 69):
+        alone = run(x[r : r + 1].clone())
+        assert_rows_equal([t[r : r + 1] for t in full], alone)
+    shifted = run(torch.cat([x[5:], x[:5]]))  # every row at another position and tile
+    assert_rows_equal([t[5:] for t in full], [t[:65] for t in shifted])
+
+
+# ---- GPU tier (H200) -----------------------------------------------------------------------
+
+GPU_ROWS = [1, 6, 64, 128, 1024, 4096]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", GPU_ROWS)
+def test_gpu_compensated_accuracy_vs_single_pass_tf32(m):
+    x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=m)
+    holder = HcDerivedWeights(fn)
+    ref = reference_with_mix(x, fn, scale, base)
+    comp = hc_mix_stats(x, holder, scale, base, mode="compensated", return_mix=True)
+    single = hc_mix_stats(x, holder, scale, base, mode="single_pass_tf32", return_mix=True)
+    err, err_single = mix_relative_error(comp[3], ref[3]), mix_relative_error(single[3], ref[3])
+    assert err <= MIX_RTOL, err
+    assert err * 10 <= err_single, (err, err_single)
+    assert stats_mismatches(comp, ref, scale) == 0
+    auto = hc_mix_stats(x, holder, scale, base, return_mix=True)  # small_row below 128 rows
+    assert mix_relative_error(auto[3], ref[3]) <= MIX_RTOL
+    assert stats_mismatches(auto, ref, scale) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["batch_invariant", "small_row"])
+def test_gpu_other_paths_accuracy(mode):
+    for m in (1, 6, 64, 1024):
+        x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=100 + m)
+        ref = reference_with_mix(x, fn, scale, base)
+        ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, mode=mode, return_mix=True)
+        assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
+        assert stats_mismatches(ours, ref, scale) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,hidden", [(65536, 4096), (300, 1000), (200, 4096), (7, 7168)])
+def test_gpu_other_shapes(m, hidden):
+    x, fn, scale, base = example_inputs(m, hidden, device="cuda", seed=m)
+    ref = reference_with_mix(x, fn, scale, base)
+    ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, return_mix=True)
+    assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
+    assert stats_mismatches(ours, ref, scale) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_batch_invariance_bit_for_bit():
+    _, fn, scale, base = example_inputs(1, 5120, device="cuda", seed=11)
+    holder = HcDerivedWeights(fn)
+    run = lambda rows: hc_mix_stats(
+        rows, holder, scale, base, mode="batch_invariant", return_mix=True
+    )
+    probes = example_inputs(5, 5120, device="cuda", seed=12)[0]
+    for p in range(probes.shape[0]):
+        row = probes[p : p + 1]
+        alone = run(row.clone())
+        for batch, positions in ((384, (0, 1, 100, 383)), (4096, (0, 63, 64, 2049, 4095))):
+            x = example_inputs(batch, 5120, device="cuda", seed=batch + p)[0]
+            for pos in positions:
+                x[pos] = row[0]
+                inside = run(x)
+                assert_rows_equal(alone, [t[pos : pos + 1] for t in inside])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m,mode", [(6, "small_row"), (64, "small_row"), (1024, "compensated")])
+def test_gpu_deterministic_across_launches(m, mode):
+    x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=13)
+    holder = HcDerivedWeights(fn)
+    first = hc_mix_stats(x, holder, scale, base, mode=mode, return_mix=True)
+    for _ in range(20):
+        assert_rows_equal(first, hc_mix_stats(x, holder, scale, base, mode=mode, return_mix=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", [6, 1024])
+def test_gpu_cuda_graph_capture_and_replay(m):
+    x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=14)
+    holder = HcDerivedWeights(fn)
+    eager = hc_mix_stats(x, holder, scale, base)  # compiles outside capture
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        hc_mix_stats(x, holder, scale, base)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = hc_mix_stats(x, holder, scale, base)
+    x.copy_(example_inputs(m, 5120, device="cuda", seed=15)[0])
+    graph.replay()
+    torch.cuda.synchronize()
+    assert_rows_equal(captured, hc_mix_stats(x, holder, scale, base))
+    assert not torch.equal(captured[0], eager[0])

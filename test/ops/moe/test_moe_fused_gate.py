@@ -1,0 +1,569 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import dsv41_kernels.reference.moe_router as moe_router
+from dsv41_kernels import emits_packed_ids, moe_fused_gate, moe_fused_gate_admission, pack_topk
+from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.ops.moe.moe_fused_gate import (
+    WEIGHT_ULP_BOUND,
+    check_cases,
+    fp32_ulp_distance,
+)
+from dsv41_kernels.reference import vision_topk
+
+IMAGE = 129264  # DeepSeek-V4.1's image token id
+
+needs_kernel = pytest.mark.skipif(
+    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
+)
+
+ROUTINGS = [
+    # top_k, num_shared_slots, renormalize, scale_on_output
+    dict(top_k=6, num_shared_slots=0, renormalize=True, scale_on_output=False),
+    dict(top_k=7, num_shared_slots=1, renormalize=True, scale_on_output=True),
+    dict(top_k=6, num_shared_slots=0, renormalize=False, scale_on_output=True),
+    dict(top_k=5, num_shared_slots=2, renormalize=False, scale_on_output=False),
+]
+
+
+def make_case(gen, num_tokens, num_experts, *, dtype=torch.float32, specials=True, ties=False):
+    """Logits with image and text tokens mixed; optionally ties, NaN, ±inf, subnormal-range."""
+    if ties:  # few distinct logits and biases: many equal biased scores
+        logits = torch.randint(-2, 3, (num_tokens, num_experts), generator=gen) / 2.0
+        bias = torch.randint(0, 2, (num_experts,), generator=gen) / 4.0
+        bias_alt = torch.randint(0, 2, (num_experts,), generator=gen) / 4.0
+    else:
+        logits = 2.0 * torch.randn(num_tokens, num_experts, generator=gen)
+        bias = 0.1 * torch.randn(num_experts, generator=gen)
+        bias_alt = 0.1 * torch.randn(num_experts, generator=gen)
+    if specials:
+        flat = logits.view(-1)
+        picks = torch.randint(0, flat.numel(), (8,), generator=gen)
+        values = [math.nan, math.nan, math.inf, -math.inf, 25.0, -100.0, -90.0, 20.0]
+        flat[picks] = torch.tensor(values)
+        if num_tokens > 1:  # a whole row of NaN and a whole row below exp's normal range
+            logits[0] = math.nan
+            logits[1] = -95.0 - torch.rand(num_experts, generator=gen)
+    input_ids = torch.randint(0, 1000, (num_tokens,), generator=gen)
+    input_ids[torch.rand(num_tokens, generator=gen) < 0.5] = IMAGE
+    return logits.to(dtype), bias, bias_alt, input_ids
+
+
+def numpy_sqrt_softplus(logits):
+    """The interpreter kernel's score arithmetic: exp and log1p in float64, rounded to fp32,
+    then an IEEE square root."""
+    x = logits.float().numpy().astype(np.float64)
+    big = x > 20.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e = np.exp(np.where(big, 0.0, x))
+        u = 1.0 + e
+        log1p = np.log(u) * (e / np.where(u == 1.0, 1.0, u - 1.0))
+    softplus = np.where(big, x, np.where(u == 1.0, e, log1p)).astype(np.float32)
+    return torch.from_numpy(np.sqrt(softplus))  # IEEE sqrt (torch's CPU sqrt may be 1 ulp off)
+
+
+# ---- the reference against a plain-Python loop ---------------------------------------------
+
+
+def loop_vision_topk(
+    logits,
+    bias,
+    bias_alt,
+    input_ids,
+    *,
+    top_k,
+    num_shared_slots=0,
+    renormalize=True,
+    renormalize_eps=1e-20,
+    routed_scaling_factor=1.0,
+    scale_on_output=False,
+    num_token_non_padded=None,
+):
+    """One token at a time, Python sorting and numpy fp32 arithmetic (the stated rule)."""
+    f32 = np.float32
+    scores = moe_router.sqrt_softplus(logits).numpy()
+    num_tokens, num_experts = scores.shape
+    routed = top_k - num_shared_slots
+    weights, ids = [], []
+    for t in range(num_tokens):
+        take_alt = bias_alt is not None and int(input_ids[t]) == IMAGE
+        b = (bias_alt if take_alt else bias).float().numpy()
+        biased = [f32(scores[t, e]) + f32(b[e]) for e in range(num_experts)]
+
+        def rank(e, biased=biased):  # NaN first, then larger, then lower id
+            v = float(biased[e])
+            return (0, 0.0, e) if math.isnan(v) else (1, -v, e)
+
+        chosen = sorted(range(num_experts), key=rank)[:routed]
+        w = [f32(scores[t, e]) for e in chosen]
+        total = f32(0.0)
+        for value in w:
+            total = f32(total + value)
+        row_ids = chosen + [num_experts + j for j in range(num_shared_slots)]
+        w += [f32(total / f32(routed_scaling_factor))] * num_shared_slots
+        if renormalize:
+            w = [f32(v / f32(total + f32(renormalize_eps))) for v in w]
+        if scale_on_output:
+            w = [f32(v * f32(routed_scaling_factor)) for v in w]
+        if num_token_non_padded is not None and t >= int(num_token_non_padded):
+            w, row_ids = [f32(0.0)] * top_k, [-1] * top_k
+        weights.append(w)
+        ids.append(row_ids)
+    return (
+        torch.from_numpy(np.array(weights, dtype=np.float32).reshape(num_tokens, top_k)),
+        torch.tensor(ids, dtype=torch.int32).reshape(num_tokens, top_k),
+    )
+
+
+def assert_bits_equal(ours, ref):
+    weights, ids = ours
+    ref_weights, ref_ids = ref
+    assert torch.equal(ids, ref_ids), (ids, ref_ids)
+    assert torch.equal(weights.view(torch.int32), ref_weights.view(torch.int32)), (
+        weights,
+        ref_weights,
+    )
+
+
+INF_OVER_INF = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+"""An inf logit makes inf / inf = NaN weights, as in torch; numpy warns about it."""
+
+
+@INF_OVER_INF
+@pytest.mark.parametrize("routing", ROUTINGS)
+@pytest.mark.parametrize("ties", [False, True])
+def test_reference_matches_plain_loop(routing, ties):
+    gen = torch.Generator().manual_seed(len(routing) * 7 + ties)
+    for num_experts, padded in [(8, None), (16, 5), (64, torch.tensor(3))]:
+        logits, bias, bias_alt, input_ids = make_case(gen, 7, num_experts, ties=ties)
+        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+        ours = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
+        assert_bits_equal(ours, loop_vision_topk(logits, bias, bias_alt, input_ids, **kwargs))
+        # Without the alternate bias every token takes ``bias``.
+        ours = vision_topk(logits, bias, None, None, image_token_id=None, **kwargs)
+        assert_bits_equal(ours, loop_vision_topk(logits, bias, None, None, **kwargs))
+
+
+def test_reference_orderings():
+    """Ties go to the lowest id, NaN ranks above +inf, -0.0 equals +0.0."""
+    zero_bias = torch.zeros(6)
+    logits = torch.tensor([[1.0, 3.0, 3.0, 1.0, 3.0, 0.0]])
+    _, ids = vision_topk(logits, zero_bias, None, None, image_token_id=None, top_k=4)
+    assert ids.tolist() == [[1, 2, 4, 0]]
+    logits = torch.tensor([[0.0, math.inf, math.nan, 5.0, math.nan, -math.inf]])
+    _, ids = vision_topk(logits, zero_bias, None, None, image_token_id=None, top_k=4)
+    assert ids.tolist() == [[2, 4, 1, 3]]
+    keys = moe_router.rank_keys(torch.tensor([[-0.0, 0.0, -1.0, math.inf, -math.nan]]))
+    assert (keys[0, 0] >> 16) == (keys[0, 1] >> 16) and keys[0, 0] > keys[0, 1]
+    assert keys[0, 2] < keys[0, 1] < keys[0, 3] < keys[0, 4]
+
+
+# ---- pack_topk ------------------------------------------------------------------------------
+
+
+def unpack(packed):
+    ids = packed >> 16
+    weights = (packed & 0xFFFF).to(torch.int16).view(torch.bfloat16).float()
+    return ids, weights
+
+
+def packing_weights(gen, n):
+    """Random weights plus values on bf16 rounding ties (odd and even kept bit) and specials."""
+    random = torch.rand(n, generator=gen) * torch.exp2(torch.randint(-20, 4, (n,), generator=gen))
+    tie_bits = torch.tensor(
+        [0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x00008000, 0x00018000],
+        dtype=torch.int32,
+    )
+    specials = torch.tensor([0.0, -0.0, 1.0, math.inf, -math.inf, math.nan, -math.nan, 1e-40])
+    return torch.cat([random, tie_bits.view(torch.float32), specials])
+
+
+def test_pack_topk_round_trip():
+    gen = torch.Generator().manual_seed(3)
+    weights = packing_weights(gen, 200)
+    ids = torch.randint(-1, 512, weights.shape, generator=gen, dtype=torch.int32)
+    ids, weights = ids.view(-1, 2), weights.view(-1, 2)
+    packed = moe_router.pack_topk(ids, weights)
+    assert packed.dtype == torch.int32 and packed.shape == ids.shape
+    got_ids, got_weights = unpack(packed)
+    assert torch.equal(got_ids, ids)
+    expected = weights.to(torch.bfloat16).float()  # torch's CPU cast rounds to nearest even
+    assert torch.equal(torch.isnan(got_weights), torch.isnan(expected))
+    finite = ~torch.isnan(expected)
+    assert torch.equal(got_weights[finite].view(torch.int32), expected[finite].view(torch.int32))
+    assert ((packed[~finite] & 0xFFFF) == 0x7FC0).all()
+
+
+@needs_kernel
+def test_pack_topk_kernel_matches_reference():
+    gen = torch.Generator().manual_seed(4)
+    weights = packing_weights(gen, 50).view(-1, 2)
+    ids = torch.randint(-1, 400, weights.shape, generator=gen, dtype=torch.int32)
+    ours = pack_topk(ids, weights)
+    assert torch.equal(ours, moe_router.pack_topk(ids, weights))
+    assert pack_topk(ids[:0], weights[:0]).shape == (0, 2)
+
+
+# ---- the Triton kernel under the interpreter ----------------------------------------------
+
+
+def run_both(logits, bias, bias_alt, input_ids, **kwargs):
+    """The kernel without and with ``packed_out``; the two must agree bit for bit."""
+    plain = moe_fused_gate(
+        logits, bias, bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE, **kwargs
+    )
+    packed = torch.full(plain[1].shape, 12345, dtype=torch.int32, device=logits.device)
+    weights, ids = moe_fused_gate(
+        logits,
+        bias,
+        bias_alt=bias_alt,
+        input_ids=input_ids,
+        image_token_id=IMAGE,
+        packed_out=packed,
+        **kwargs,
+    )
+    assert_bits_equal((weights, ids), plain)
+    assert torch.equal(packed, moe_router.pack_topk(ids, weights))
+    return weights, ids
+
+
+@INF_OVER_INF
+@needs_kernel
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_kernel_matches_reference_bitwise(routing, monkeypatch):
+    """Given the interpreter's scores, selection, sums, divisions and packing are bit-exact."""
+    monkeypatch.setattr(moe_router, "sqrt_softplus", numpy_sqrt_softplus)
+    gen = torch.Generator().manual_seed(11 + routing["top_k"])
+    cases = [
+        (5, 16, torch.float32, False, None),
+        (4, 16, torch.bfloat16, True, 2),
+        (6, 64, torch.float32, False, torch.tensor([4], dtype=torch.int32)),
+        (3, 64, torch.bfloat16, True, torch.tensor(1)),
+    ]
+    for num_tokens, num_experts, dtype, ties, padded in cases:
+        logits, bias, bias_alt, input_ids = make_case(
+            gen, num_tokens, num_experts, dtype=dtype, ties=ties
+        )
+        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+        ours = run_both(logits, bias, bias_alt, input_ids, **kwargs)
+        ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
+        assert_bits_equal(ours, ref)
+
+
+@needs_kernel
+def test_kernel_v41_shape_and_strides(monkeypatch):
+    """E = 384, bf16 biases, strided logits (row stride and column stride), int32 input ids."""
+    monkeypatch.setattr(moe_router, "sqrt_softplus", numpy_sqrt_softplus)
+    gen = torch.Generator().manual_seed(5)
+    logits, bias, bias_alt, input_ids = make_case(gen, 2, 384)
+    wide = torch.zeros(2, 400)
+    wide[:, :384] = logits
+    transposed = logits.t().contiguous().t()
+    for view in (wide[:, :384], transposed):
+        kwargs = dict(top_k=6, routed_scaling_factor=2.5, scale_on_output=True)
+        ours = run_both(view, bias.bfloat16(), bias_alt.bfloat16(), input_ids.int(), **kwargs)
+        ref = vision_topk(
+            logits, bias.bfloat16(), bias_alt.bfloat16(), input_ids, image_token_id=IMAGE, **kwargs
+        )
+        assert_bits_equal(ours, ref)
+
+
+@needs_kernel
+def test_check_cases_pass_on_this_device():
+    """``dsv41-kernels check``'s cases, with torch's own scores (interpreter bound on CPU)."""
+    on_gpu = torch.cuda.is_available()
+    for case in check_cases(torch.device("cuda" if on_gpu else "cpu"), small=not on_gpu):
+        assert case.admission, case.admission
+        assert case.mismatches(case.run(), case.reference()) == 0, case.shape
+
+
+def test_kernel_writes_caller_outputs_and_handles_empty():
+    gen = torch.Generator().manual_seed(6)
+    logits, bias, bias_alt, input_ids = make_case(gen, 3, 16, specials=False)
+    weights = torch.empty(3, 6)
+    ids = torch.empty(3, 6, dtype=torch.int32)
+    got = moe_fused_gate(
+        logits,
+        bias,
+        bias_alt=bias_alt,
+        input_ids=input_ids,
+        image_token_id=IMAGE,
+        top_k=6,
+        out_weights=weights,
+        out_ids=ids,
+    )
+    assert got[0] is weights and got[1] is ids
+    empty = moe_fused_gate(logits[:0], bias, top_k=6)
+    assert empty[0].shape == (0, 6) and empty[1].dtype == torch.int32
+
+
+# ---- admission, fallback and errors ------------------------------------------------------
+
+
+def test_fallback_is_the_reference(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # admission refuses CPU tensors
+    gen = torch.Generator().manual_seed(7)
+    logits, bias, bias_alt, input_ids = make_case(gen, 5, 32)
+    assert not moe_fused_gate_admission(logits, bias, top_k=6)
+    kwargs = dict(top_k=7, num_shared_slots=1, num_token_non_padded=torch.tensor(4))
+    packed = torch.empty(5, 7, dtype=torch.int32)
+    ours = moe_fused_gate(
+        logits,
+        bias,
+        bias_alt=bias_alt,
+        input_ids=input_ids,
+        image_token_id=IMAGE,
+        packed_out=packed,
+        **kwargs,
+    )
+    ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
+    assert_bits_equal(ours, ref)
+    assert torch.equal(packed, moe_router.pack_topk(*ref[::-1]))
+
+
+@needs_kernel
+def test_admission_reasons():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    logits, bias = torch.zeros(4, 384, device=device), torch.zeros(384, device=device)
+    assert moe_fused_gate_admission(logits, bias, top_k=6)
+    verdict = moe_fused_gate_admission(logits, bias, top_k=17)
+    assert not verdict and "top_k 17" in verdict.reason
+    wide = torch.zeros(4, 5000, device=device)
+    verdict = moe_fused_gate_admission(wide, torch.zeros(5000, device=device), top_k=6)
+    assert not verdict and "5000 experts" in verdict.reason
+    verdict = moe_fused_gate_admission(logits.double(), bias, top_k=6)
+    assert not verdict and "dtype" in verdict.reason
+
+
+def test_wide_top_k_falls_back_to_the_reference():
+    gen = torch.Generator().manual_seed(8)
+    logits, bias, bias_alt, input_ids = make_case(gen, 3, 32)
+    kwargs = dict(top_k=20, image_token_id=IMAGE)
+    ours = moe_fused_gate(logits, bias, bias_alt=bias_alt, input_ids=input_ids, **kwargs)
+    assert_bits_equal(ours, vision_topk(logits, bias, bias_alt, input_ids, **kwargs))
+
+
+def _bad_calls():
+    logits, bias = torch.zeros(4, 16), torch.zeros(16)
+    ids4 = torch.full((4,), IMAGE)
+    return (
+        [
+            (dict(bias=torch.zeros(15)), "^bias has 15"),
+            (dict(bias=torch.zeros(16, 1)), "^bias must be 1-D"),
+            (dict(bias_alt=torch.zeros(17), input_ids=ids4, image_token_id=IMAGE), "^bias_alt"),
+            (
+                dict(
+                    bias_alt=bias, input_ids=torch.zeros(3, dtype=torch.long), image_token_id=IMAGE
+                ),
+                "^input_ids has 3",
+            ),
+            (dict(bias_alt=bias, input_ids=None, image_token_id=IMAGE), "^input_ids"),
+            (dict(bias_alt=bias, input_ids=ids4, image_token_id=None), "image_token_id"),
+            (dict(top_k=17), "top_k 17"),
+            (dict(top_k=16, num_shared_slots=16), "num_shared_slots"),
+            (dict(packed_out=torch.zeros(4, 6)), "^packed_out"),
+            (dict(packed_out=torch.zeros(4, 5, dtype=torch.int32)), "^packed_out must have shape"),
+            (dict(out_ids=torch.zeros(4, 6, dtype=torch.int64)), "^out_ids"),
+            (dict(num_token_non_padded=torch.tensor([1, 2])), "^num_token_non_padded"),
+            (dict(num_token_non_padded=2.0), "^num_token_non_padded"),
+            (dict(logits=torch.zeros(4, 16, dtype=torch.int32)), "^logits"),
+        ],
+        logits,
+        bias,
+    )
+
+
+@pytest.mark.parametrize("index", range(len(_bad_calls()[0])))
+def test_bad_input_names_the_argument(index):
+    calls, logits, bias = _bad_calls()
+    change, match = calls[index]
+    kwargs = dict(logits=logits, bias=bias, top_k=6) | change
+    with pytest.raises(ValueError, match=match):
+        moe_fused_gate(kwargs.pop("logits"), kwargs.pop("bias"), **kwargs)
+
+
+def test_pack_topk_bad_input():
+    with pytest.raises(ValueError, match="^weights shape"):
+        pack_topk(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 4))
+    with pytest.raises(ValueError, match="^ids"):
+        pack_topk(torch.zeros(2, 3), torch.zeros(2, 3))
+
+
+PACKED_ADMISSION = [
+    # shared slots, remapped, a2a backend, simulating, runner, emits, reason fragment
+    (0, False, "none", False, "flashinfer_mxfp4", True, "consumes packed ids"),
+    (0, False, "deepep", False, "flashinfer_mxfp4", True, "consumes packed ids"),
+    (1, False, "none", False, "flashinfer_mxfp4", False, "shared-expert"),
+    (0, True, "none", False, "flashinfer_mxfp4", False, "remapping"),
+    (0, False, "megamoe", False, "flashinfer_mxfp4", False, "MegaMoE"),
+    (0, False, "none", True, "flashinfer_mxfp4", False, "simulation"),
+    (0, False, "none", False, "triton", False, "'triton' does not consume"),
+    (0, False, "none", False, None, False, "None does not consume"),
+]
+
+
+@pytest.mark.parametrize("shared,remapped,a2a,simulating,runner,emits,why", PACKED_ADMISSION)
+def test_emits_packed_ids_table(shared, remapped, a2a, simulating, runner, emits, why):
+    verdict = emits_packed_ids(
+        num_fused_shared_experts=shared,
+        expert_location_remapped=remapped,
+        a2a_backend=a2a,
+        simulating_routing=simulating,
+        moe_runner_backend=runner,
+    )
+    assert verdict.ok is emits and why in verdict.reason, verdict
+
+
+# ---- GPU tier ------------------------------------------------------------------------------
+
+
+def reference_biased(logits, bias, bias_alt, input_ids):
+    scores = moe_router.sqrt_softplus(logits)
+    is_image = (input_ids == IMAGE)[:, None]
+    return scores + torch.where(is_image, bias_alt.float(), bias.float())
+
+
+def compare_to_reference(ours, ref, biased, routed):
+    """(rows whose ids differ only between biased scores within 1 ulp, weight ulp histogram);
+    asserts every other row has equal ids and weights within the stated bound."""
+    weights, ids = ours
+    ref_weights, ref_ids = ref
+    differ = (ids != ref_ids).any(dim=1)
+    near_ties = 0
+    for row in differ.nonzero().flatten().tolist():
+        ours_row, ref_row = ids[row].tolist(), ref_ids[row].tolist()
+        for slot in range(routed):
+            a, b = ours_row[slot], ref_row[slot]
+            if a == b:
+                continue
+            assert 0 <= a < biased.shape[1] and 0 <= b < biased.shape[1], (row, ours_row, ref_row)
+            gap = fp32_ulp_distance(biased[row, a], biased[row, b]).item()
+            assert gap <= 1, f"row {row}: ids {ours_row} vs {ref_row}, biased gap {gap} ulp"
+        near_ties += 1
+    same = ~differ
+    distance = fp32_ulp_distance(weights[same], ref_weights[same])
+    assert int(distance.max().item() if distance.numel() else 0) <= WEIGHT_ULP_BOUND
+    return near_ties, torch.bincount(distance.flatten().cpu(), minlength=WEIGHT_ULP_BOUND + 1)
+
+
+@pytest.mark.gpu
+def test_gpu_random_cases(capsys):
+    """240 cases: E 384/256, T 1..16384, bf16/fp32, image tokens mixed, special values."""
+    device = torch.device("cuda")
+    token_counts = [1, 6, 64, 1024, 16384]
+    gen = torch.Generator().manual_seed(2026)
+    near_ties, histogram, cases = 0, torch.zeros(WEIGHT_ULP_BOUND + 1, dtype=torch.int64), 0
+    for index in range(240):
+        num_experts = (384, 256)[index % 2]
+        num_tokens = token_counts[(index // 2) % 5]
+        routing = ROUTINGS[(index // 10) % 4]
+        dtype = (torch.bfloat16, torch.float32)[(index // 40) % 2]
+        padding = (index // 80) % 3
+        logits, bias, bias_alt, input_ids = make_case(
+            gen,
+            num_tokens,
+            num_experts,
+            dtype=dtype,
+            specials=index % 3 == 0,
+            ties=index % 7 == 0,
+        )
+        logits, bias, bias_alt, input_ids = (
+            t.to(device) for t in (logits, bias, bias_alt, input_ids)
+        )
+        if index % 5 == 4:  # a row-strided view, as a slice of a wider gate output
+            wide = torch.zeros(num_tokens, num_experts + 32, dtype=dtype, device=device)
+            wide[:, :num_experts] = logits
+            logits = wide[:, :num_experts]
+        limit = num_tokens - num_tokens // 4
+        padded = [None, limit, torch.tensor([limit], dtype=torch.int32, device=device)][padding]
+        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+        assert moe_fused_gate_admission(
+            logits,
+            bias,
+            bias_alt=bias_alt,
+            input_ids=input_ids,
+            top_k=routing["top_k"],
+            num_token_non_padded=padded,
+        )
+        ours = run_both(logits, bias, bias_alt, input_ids, **kwargs)
+        ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
+        biased = reference_biased(logits, bias, bias_alt, input_ids)
+        routed = routing["top_k"] - routing["num_shared_slots"]
+        ties, counts = compare_to_reference(ours, ref, biased, routed)
+        near_ties += ties
+        histogram += counts
+        cases += 1
+    with capsys.disabled():
+        print(
+            f"\nmoe_fused_gate GPU: {cases} cases, {near_ties} rows with ids differing at "
+            f"biased scores within 1 ulp, weight ulp distances {histogram.tolist()}"
+        )
+
+
+@pytest.mark.gpu
+def test_gpu_pack_kernel_matches_reference():
+    gen = torch.Generator().manual_seed(9)
+    weights = packing_weights(gen, 6000).view(-1, 2).cuda()
+    ids = torch.randint(-1, 400, weights.shape, generator=gen, dtype=torch.int32).cuda()
+    assert torch.equal(pack_topk(ids, weights), moe_router.pack_topk(ids, weights))
+
+
+@pytest.mark.gpu
+def test_gpu_subnormal_scores_are_kept():
+    """exp of logits below about -87 is subnormal in torch; the kernel must not flush it."""
+    device = torch.device("cuda")
+    deep = torch.linspace(-100.0, -88.0, 384, device=device).repeat(6, 1)  # subnormal softplus
+    deep[1] = deep[1].flip(0)
+    bias = torch.zeros(384, device=device)
+    for renormalize in (False, True):
+        ours = moe_fused_gate(deep, bias, top_k=6, renormalize=renormalize)
+        ref = vision_topk(
+            deep, bias, None, None, image_token_id=None, top_k=6, renormalize=renormalize
+        )
+        assert_bits_equal(ours, ref)
+        assert (ours[0] > 0).all(), ours  # a flush to zero would leave zeros here
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replay_reads_device_count():
+    """Captured once, replayed with new logits and a new non-padded count: no host sync."""
+    device = torch.device("cuda")
+    gen = torch.Generator().manual_seed(10)
+    logits, bias, bias_alt, input_ids = (
+        t.to(device) for t in make_case(gen, 6, 384, dtype=torch.bfloat16, specials=False)
+    )
+    count = torch.tensor([6], dtype=torch.int32, device=device)
+    weights = torch.empty(6, 6, device=device)
+    ids = torch.empty(6, 6, dtype=torch.int32, device=device)
+    packed = torch.empty(6, 6, dtype=torch.int32, device=device)
+    kwargs = dict(bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE, top_k=6)
+
+    def step():
+        moe_fused_gate(
+            logits,
+            bias,
+            num_token_non_padded=count,
+            packed_out=packed,
+            out_weights=weights,
+            out_ids=ids,
+            **kwargs,
+        )
+
+    step()  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    new_logits = torch.randn(6, 384, generator=gen).to(device, torch.bfloat16)
+    logits.copy_(new_logits)
+    count.fill_(4)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = vision_topk(
+        new_logits, bias, bias_alt, input_ids, top_k=6, image_token_id=IMAGE, num_token_non_padded=4
+    )
+    assert_bits_equal((weights, ids), ref)
+    assert torch.equal(packed, moe_router.pack_topk(ids, weights))

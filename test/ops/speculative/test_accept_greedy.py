@@ -1,0 +1,169 @@
+import pytest
+import torch
+
+from dsv41_kernels import accept_greedy, accept_greedy_admission
+from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch
+from dsv41_kernels.reference import accept_greedy as accept_rule
+
+from .logit_cases import random_logits
+
+needs_kernel = pytest.mark.skipif(
+    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
+)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def make_case(bs, n, vocab, gen, *, dtype=torch.int64):
+    """Candidates that agree with the target's argmax for a random prefix, then diverge."""
+    logits = random_logits(bs * n, vocab, gen)
+    predict = torch.argmax(logits, dim=-1).view(bs, n)
+    candidates = torch.randint(0, vocab, (bs, n), generator=gen)
+    for b in range(bs):
+        keep = int(torch.randint(0, n, (1,), generator=gen))
+        candidates[b, 1 : keep + 1] = predict[b, :keep]
+    cutoff = torch.randint(1, n + 2, (bs,), generator=gen, dtype=torch.int32)
+    return candidates.to(dtype), logits, cutoff
+
+
+def assert_same(ours, ref):
+    for o, r, dtype in zip(ours, ref, (torch.int32, torch.int64, torch.int32)):
+        assert o.dtype == dtype and torch.equal(o.cpu(), r.cpu()), (ours, ref)
+
+
+def test_rule_by_hand():
+    """The plain statement on a hand-made case: 2 accepted, bonus at index 2, then the cap."""
+    vocab, n = 8, 4
+    predict = [[3, 5, 1, 7]]
+    logits = torch.full((n, vocab), -1.0)
+    for k, tok in enumerate(predict[0]):
+        logits[k, tok] = 1.0
+    candidates = torch.tensor([[9, 3, 5, 2]])  # cand[1]==pred[0], cand[2]==pred[1], cand[3]!=pred[2]
+    correct, bonus, trim = accept_rule(candidates, logits)
+    assert (correct.item(), bonus.item(), trim.item()) == (2, 1, 0)
+    correct, bonus, trim = accept_rule(candidates, logits, cutoff_verify_lens=torch.tensor([2]))
+    assert (correct.item(), bonus.item(), trim.item()) == (1, 5, 1)
+
+
+@pytest.mark.parametrize("cut", [False, True])
+def test_torch_composition_matches_rule(cut):
+    gen = torch.Generator().manual_seed(10)
+    for bs, n in ((1, 6), (3, 2), (5, 1), (4, 7)):
+        candidates, logits, cutoff = make_case(bs, n, 64, gen)
+        c = cutoff if cut else None
+        assert_same(accept_greedy_torch(candidates, logits, c), accept_rule(candidates, logits, cutoff_verify_lens=c))
+
+
+@needs_kernel
+@pytest.mark.parametrize("cut", [False, True])
+@pytest.mark.parametrize("cand_dtype", [torch.int32, torch.int64])
+def test_kernel_matches_rule(cut, cand_dtype):
+    gen = torch.Generator().manual_seed(11)
+    for bs, n in ((1, 6), (2, 3), (3, 1), (1, 8)):
+        candidates, logits, cutoff = make_case(bs, n, 4099, gen, dtype=cand_dtype)
+        c = cutoff.to(DEVICE) if cut else None
+        args = (candidates.to(DEVICE), logits.to(DEVICE))
+        assert accept_greedy_admission(*args, c)
+        ours = accept_greedy(*args, cutoff_verify_lens=c)
+        assert_same(ours, accept_rule(candidates, logits, cutoff_verify_lens=cutoff if cut else None))
+
+
+@needs_kernel
+def test_cutoff_of_zero_wraps_like_python_indexing():
+    gen = torch.Generator().manual_seed(12)
+    candidates, logits, _ = make_case(2, 4, 4096, gen)
+    cutoff = torch.tensor([0, 1], dtype=torch.int32)
+    ref = accept_rule(candidates, logits, cutoff_verify_lens=cutoff)
+    ours = accept_greedy(candidates.to(DEVICE), logits.to(DEVICE), cutoff_verify_lens=cutoff.to(DEVICE))
+    assert_same(ours, ref)
+
+
+@needs_kernel
+def test_preallocated_out():
+    gen = torch.Generator().manual_seed(13)
+    candidates, logits, cutoff = make_case(2, 6, 4096, gen)
+    out = (
+        torch.full((2,), -5, dtype=torch.int32, device=DEVICE),
+        torch.full((2,), -5, dtype=torch.int64, device=DEVICE),
+        torch.full((2,), -5, dtype=torch.int32, device=DEVICE),
+    )
+    got = accept_greedy(candidates.to(DEVICE), logits.to(DEVICE), out=out)
+    assert all(g is o for g, o in zip(got, out))
+    assert_same(out, accept_rule(candidates, logits))
+
+
+def test_fallback_when_refused(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    gen = torch.Generator().manual_seed(14)
+    candidates, logits, cutoff = make_case(3, 6, 4096, gen)
+    assert not accept_greedy_admission(candidates, logits)
+    assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), accept_rule(candidates, logits, cutoff_verify_lens=cutoff))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.randn(5, 8)), "bs \\* n"),
+        (dict(candidates=torch.zeros(2, 3, dtype=torch.float32), logits=torch.randn(6, 8)), "candidates"),
+        (dict(candidates=torch.zeros(6, dtype=torch.int64), logits=torch.randn(6, 8)), "candidates"),
+        (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.randn(6, 0)), "empty"),
+        (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.zeros(6, 8, dtype=torch.int32)), "logits"),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64),
+                logits=torch.randn(6, 8),
+                cutoff_verify_lens=torch.ones(3, dtype=torch.int32),
+            ),
+            "cutoff_verify_lens",
+        ),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64),
+                logits=torch.randn(6, 8),
+                out=(torch.empty(2, dtype=torch.int64),) * 3,
+            ),
+            "out\\[0\\]",
+        ),
+    ],
+)
+def test_bad_input(kwargs, match):
+    candidates, logits = kwargs.pop("candidates"), kwargs.pop("logits")
+    with pytest.raises(ValueError, match=match):
+        accept_greedy(candidates, logits, **kwargs)
+
+
+# ---- GPU tier ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_fused_equals_unfused_composition():
+    gen = torch.Generator().manual_seed(15)
+    for i in range(300):
+        bs = (1, 2, 4, 8)[i % 4]
+        candidates, logits, cutoff = make_case(bs, 6, 129280, gen)
+        candidates, logits, cutoff = candidates.cuda(), logits.cuda(), cutoff.cuda()
+        c = cutoff if i % 2 else None
+        assert accept_greedy_admission(candidates, logits, c)
+        assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=c), accept_greedy_torch(candidates, logits, c))
+
+
+@pytest.mark.gpu
+def test_gpu_graph_capture_and_replay():
+    gen = torch.Generator().manual_seed(16)
+    candidates, logits, cutoff = (t.cuda() for t in make_case(1, 6, 129280, gen))
+    out = (
+        torch.empty(1, dtype=torch.int32, device="cuda"),
+        torch.empty(1, dtype=torch.int64, device="cuda"),
+        torch.empty(1, dtype=torch.int32, device="cuda"),
+    )
+    accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, out=out)
+    for _ in range(30):
+        c, lg, cut = make_case(1, 6, 129280, gen)
+        candidates.copy_(c)
+        logits.copy_(lg)
+        cutoff.copy_(cut)
+        graph.replay()
+        assert_same(out, accept_rule(c, lg, cutoff_verify_lens=cut))

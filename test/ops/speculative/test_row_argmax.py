@@ -1,0 +1,195 @@
+import pytest
+import torch
+
+from dsv41_kernels import row_argmax, row_argmax_admission
+from dsv41_kernels.admission import triton_interpreter
+
+from .logit_cases import random_logits, special_rows
+
+needs_kernel = pytest.mark.skipif(
+    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
+)
+
+
+def assert_argmax_equal(logits):
+    ours = row_argmax(logits)
+    ref = torch.argmax(logits, dim=-1)
+    assert ours.dtype == torch.int64 and ours.shape == ref.shape
+    assert torch.equal(ours, ref), (ours, ref)
+
+
+# ---- admission -----------------------------------------------------------------------------
+
+ADMISSION = [
+    # (shape, dtype, make-view, admitted, reason fragment)
+    ((6, 129280), torch.float32, None, True, "6 rows"),
+    ((6, 129280), torch.bfloat16, None, True, "6 rows"),
+    ((6, 129280), torch.float16, None, True, "6 rows"),
+    ((64, 4096), torch.float32, None, True, "64 rows"),
+    ((65, 4096), torch.float32, None, False, "65 rows"),
+    ((256, 129280), torch.float32, None, True, "256 rows"),
+    ((257, 129280), torch.float32, None, False, "257 rows"),
+    ((6, 4095), torch.float32, None, False, "vocab 4095"),
+    ((6, 129280), torch.float64, None, False, "dtype"),
+    ((6, 8192), torch.float32, "transpose", False, "stride"),
+    ((2, 3, 8192), torch.float32, None, False, "3-D"),
+]
+
+
+@needs_kernel
+@pytest.mark.parametrize("shape,dtype,view,ok,why", ADMISSION)
+def test_admission_table(shape, dtype, view, ok, why):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.empty(shape, dtype=dtype, device=device)
+    if view == "transpose":
+        x = torch.empty(shape[::-1], dtype=dtype, device=device).t()
+    verdict = row_argmax_admission(x)
+    assert verdict.ok is ok and why in verdict.reason, verdict
+
+
+def test_admission_refuses_cpu_without_interpreter(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    verdict = row_argmax_admission(torch.empty(6, 8192))
+    assert not verdict and "cpu" in verdict.reason
+
+
+# ---- fallback and errors --------------------------------------------------------------------
+
+
+def test_fallback_matches_torch(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # admission refuses CPU: torch.argmax path
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([random_logits(30, 4096, gen), torch.stack(special_rows(4096))])
+    assert not row_argmax_admission(x)
+    assert_argmax_equal(x)
+    assert_argmax_equal(x[:, :100])  # narrow: refused for vocab
+
+
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((torch.empty(6),), "2-D"),
+        ((torch.empty(6, 0),), "empty rows"),
+        ((torch.empty(6, 8, dtype=torch.int32),), "floating point"),
+        (("logits",), "torch.Tensor"),
+    ],
+)
+def test_bad_input_names_the_argument(args, match):
+    with pytest.raises(ValueError, match=match):
+        row_argmax(*args)
+    with pytest.raises(ValueError, match="logits"):
+        row_argmax(*args)
+
+
+def test_bad_out():
+    with pytest.raises(ValueError, match="out"):
+        row_argmax(torch.randn(3, 8), out=torch.empty(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="out"):
+        row_argmax(torch.randn(3, 8), out=torch.empty(3, dtype=torch.int32))
+
+
+def test_zero_rows():
+    assert row_argmax(torch.empty(0, 4096)).shape == (0,)
+
+
+# ---- the kernel (Triton interpreter on CPU, the real thing on a GPU) ------------------------
+
+
+@needs_kernel
+@pytest.mark.parametrize("vocab", [4096, 5003, 8192 + 17])
+def test_special_values(vocab):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.stack(special_rows(vocab)).to(device)
+    assert row_argmax_admission(x)
+    assert_argmax_equal(x)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_dtypes(dtype):
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    x = torch.stack(special_rows(5003)).to(device, dtype)
+    assert_argmax_equal(x)
+
+
+@needs_kernel
+def test_random_rows_with_planted_values():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(8):
+        rows = int(torch.randint(1, 9, (1,), generator=gen))
+        vocab = int(torch.randint(4096, 9000, (1,), generator=gen))
+        assert_argmax_equal(random_logits(rows, vocab, gen).to(device))
+
+
+@needs_kernel
+def test_strided_row_view():
+    """Rows of a wider buffer: the row stride comes from the tensor, never assumed."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(2)
+    wide = random_logits(12, 6000, gen).to(device)
+    view = wide[::2, 100:5100]  # row stride 12000, 5000 columns
+    assert view.stride() == (12000, 1) and row_argmax_admission(view)
+    assert_argmax_equal(view)
+    wide[2, 150] = float("nan")
+    assert_argmax_equal(view)
+
+
+@needs_kernel
+def test_out_and_repeated_launches():
+    """The workspace re-arms itself: back-to-back launches stay exact."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    gen = torch.Generator().manual_seed(3)
+    out = torch.full((5,), -1, dtype=torch.int64, device=device)
+    for _ in range(3):
+        x = random_logits(5, 4500, gen).to(device)
+        assert row_argmax(x, out=out) is out
+        assert torch.equal(out, torch.argmax(x, dim=-1))
+
+
+# ---- GPU tier ------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_gpu_production_shape_300_cases():
+    gen = torch.Generator().manual_seed(4)
+    bad = 0
+    for _ in range(300):
+        x = random_logits(6, 129280, gen).cuda()
+        bad += int((row_argmax(x) != torch.argmax(x, dim=-1)).sum())
+    assert bad == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("vocab", [4096, 4097, 32000, 129280, 151936, 262144, 262143])
+def test_gpu_rows_and_vocab_sweep(vocab):
+    gen = torch.Generator().manual_seed(vocab)
+    for rows in (1, 2, 3, 6, 7, 16, 31, 64):
+        x = random_logits(rows, vocab, gen).cuda()
+        assert row_argmax_admission(x)
+        assert_argmax_equal(x)
+    x = torch.stack(special_rows(vocab)).cuda()
+    assert_argmax_equal(x)
+    assert_argmax_equal(x.bfloat16())
+
+
+@pytest.mark.gpu
+def test_gpu_many_rows_at_wide_vocab():
+    gen = torch.Generator().manual_seed(5)
+    for rows in (65, 128, 256):
+        assert_argmax_equal(random_logits(rows, 129280, gen).cuda())
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replay_with_new_data():
+    gen = torch.Generator().manual_seed(6)
+    x = random_logits(6, 129280, gen).cuda()
+    out = torch.empty(6, dtype=torch.int64, device="cuda")
+    row_argmax(x, out=out)  # workspace made outside capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        row_argmax(x, out=out)
+    for _ in range(20):
+        x.copy_(random_logits(6, 129280, gen).cuda())
+        graph.replay()
+        assert torch.equal(out, torch.argmax(x, dim=-1))

@@ -1,0 +1,42 @@
+"""The SGLang plugin tier: runs against the real SGLang (0.5.23) when it imports here.
+
+Nothing here imports SGLang at collection time: the session fixture ``sglang`` does, after
+defining the torchvision schemas a CPU machine lacks (``cpu_import``), and skips every test
+of this directory with the import error as its reason when SGLang is not installed. The
+``plugin`` fixture then runs SGLang's own ``load_plugins()``, which finds this package through
+its entry point (the package must be installed: ``pip install -e .``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from test.sglang.cpu_import import import_sglang
+
+
+@pytest.fixture(scope="session")
+def sglang():
+    try:
+        return import_sglang()
+    except Exception as e:  # ImportError, or whatever a half-installed SGLang raises
+        pytest.skip(f"sglang is not importable here ({type(e).__name__}: {e})")
+
+
+@pytest.fixture(scope="session")
+def plugin(sglang):
+    """SGLang's plugin loader run once for the session, with every call site switched on."""
+    os.environ.pop("DSV41_KERNELS_DISABLE", None)
+    os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"  # other installed plugins stay out
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from dsv41_kernels import sglang_plugin
+
+    if sglang_plugin.status() is None:
+        pytest.fail(
+            "load_plugins() did not call dsv41_kernels.sglang_plugin:register: the package's "
+            "entry point is not installed in this environment (pip install -e .)"
+        )
+    return sglang_plugin

@@ -1,0 +1,152 @@
+"""The plugin's wiring in the real SGLang: entry point, targets, dispatch, switches, report."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import sys
+
+import pytest
+
+SITE_TARGETS = {
+    "accept": (
+        "sglang.kernels.ops.speculative.dspark.dspark_accept._row_argmax",
+        "sglang.kernels.ops.speculative.dspark.dspark_accept.accept_greedy",
+        "sglang.kernels.ops.speculative.dspark.dspark_accept.accept_greedy_triton",
+    ),
+    "router": ("sglang.srt.multimodal.dsv41.vl_routing.vision_topk",),
+    "combine": ("sglang.srt.models.deepseek_v4_mhc._combine",),
+    "sched": (
+        "sglang.srt.layers.attention.deepseek_v4_backend._maybe_precompute_flashmla_sched_meta",
+    ),
+    "mhc": (
+        "sglang.srt.models.deepseek_v4_mhc._mix_stats_impl",
+        "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase.refresh_mhc_norm_weight_cache",
+    ),
+}
+
+
+@contextlib.contextmanager
+def fresh_registry():
+    """SGLang's HookRegistry emptied for a ``install()`` call, then restored as it was."""
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    saved = {target: list(hooks) for target, hooks in HookRegistry._hooks.items()}
+    HookRegistry._hooks.clear()
+    try:
+        yield HookRegistry._hooks
+    finally:
+        HookRegistry._hooks.clear()
+        HookRegistry._hooks.update(saved)
+
+
+def test_entry_point_loaded_by_sglang(plugin):
+    from importlib.metadata import entry_points
+
+    names = {ep.value for ep in entry_points(group="sglang.srt.plugins")}
+    assert "dsv41_kernels.sglang_plugin:register" in names
+    assert plugin.status() == {switch: "on" for switch in plugin.SWITCHES}
+
+
+def test_every_target_resolves_and_is_patched(plugin):
+    from sglang.srt.plugins.hook_registry import HookRegistry
+
+    targets = [t for site in SITE_TARGETS.values() for t in site]
+    assert plugin.unresolved(targets) == []
+    for site in plugin.SITES:
+        hooks = importlib.import_module(site.module)
+        assert {t for t, _, _ in hooks.HOOKS} == set(SITE_TARGETS[site.switch])
+        assert plugin.unresolved(hooks.REQUIRES) == []
+    assert set(targets) <= HookRegistry._patched
+
+
+def test_call_sites_bind_our_hooks(plugin):
+    """The patched functions wrap ours, including the by-name imports of other modules that
+    SGLang's registry rewrites (the verify epilogue's ``_row_argmax``, the model's router)."""
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+    from sglang.srt.models import deepseek_v2, deepseek_v4_mhc
+    from sglang.srt.multimodal.dsv41 import vl_routing
+    from sglang.srt.speculative.dspark_components import dspark_verify
+
+    for fn in (
+        dspark_accept._row_argmax,
+        dspark_accept.accept_greedy,
+        dspark_accept.accept_greedy_triton,
+        vl_routing.vision_topk,
+        deepseek_v4_mhc._combine,
+        deepseek_v4_mhc._mix_stats_impl,
+    ):
+        assert hasattr(fn, "__wrapped__"), fn
+    assert dspark_verify._row_argmax is dspark_accept._row_argmax
+    assert deepseek_v2.vision_topk is vl_routing.vision_topk
+    mega_moe = sys.modules.get("sglang.srt.layers.moe.mega_moe")
+    if mega_moe is not None:
+        assert mega_moe.vision_topk is vl_routing.vision_topk
+
+
+@pytest.mark.parametrize(
+    "value, off",
+    [
+        ("", set()),
+        ("accept", {"accept"}),
+        ("router, sched", {"router", "sched"}),
+        ("COMBINE,mhc", {"combine", "mhc"}),
+        ("all", set(SITE_TARGETS)),
+    ],
+)
+def test_switches(plugin, value, off):
+    with fresh_registry() as registered:
+        status = plugin.install({"DSV41_KERNELS_DISABLE": value})
+        registered_targets = set(registered)
+    for switch, targets in SITE_TARGETS.items():
+        if switch in off:
+            assert status[switch] == "off (DSV41_KERNELS_DISABLE)"
+            assert not registered_targets & set(targets)
+        else:
+            assert status[switch] == "on"
+            assert set(targets) <= registered_targets
+
+
+def test_startup_report_one_line(plugin, caplog):
+    with fresh_registry(), caplog.at_level(logging.INFO, logger=plugin.__name__):
+        plugin.install({"DSV41_KERNELS_DISABLE": "sched,bogus"})
+    lines = [r.getMessage() for r in caplog.records if r.name == plugin.__name__]
+    assert len(lines) == 1
+    line = lines[0]
+    assert "dsv41-kernels" in line and "sglang 0.5.23" in line
+    assert "on: accept, router, combine, mhc;" in line
+    assert "off: sched (DSV41_KERNELS_DISABLE)" in line
+    assert "ignored unknown DSV41_KERNELS_DISABLE names: bogus" in line
+
+
+def test_missing_target_is_reported_and_left_alone(plugin, monkeypatch, caplog):
+    """A target absent from the installed SGLang turns its call site off, logs why, and
+    registers nothing for it; the other call sites are unaffected and nothing raises."""
+    from dsv41_kernels.sglang_plugin import router
+
+    missing = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk_renamed_later"
+    monkeypatch.setattr(router, "HOOKS", ((missing, router.vision_topk_hook, None),))
+    with fresh_registry() as registered, caplog.at_level(logging.INFO, logger=plugin.__name__):
+        status = plugin.install({})
+        registered_targets = set(registered)
+    assert status["router"].startswith("off (missing in this SGLang: ")
+    assert missing in status["router"] and "AttributeError" in status["router"]
+    assert not any("vl_routing" in t for t in registered_targets)
+    assert all(status[s] == "on" for s in SITE_TARGETS if s != "router")
+    assert missing in caplog.text
+
+
+def test_site_that_cannot_import_is_off(plugin, monkeypatch):
+    sites = (plugin.Site("accept", "dsv41_kernels.sglang_plugin.no_such_module", "x"),)
+    monkeypatch.setattr(plugin, "SITES", sites)
+    with fresh_registry() as registered:
+        status = plugin.install({})
+        assert not registered
+    assert status["accept"].startswith("off (cannot import its SGLang names: ")
+
+
+def test_disable_parsing(plugin):
+    assert plugin.disabled_switches("") == (frozenset(), ())
+    assert plugin.disabled_switches(" all ,x") == (frozenset(plugin.SWITCHES), ("x",))
+    assert plugin.disabled_switches("mhc,,accept") == (frozenset({"mhc", "accept"}), ())
