@@ -5,7 +5,7 @@
 # SGLang 0.5.23 pins a CUDA build of torch 2.14.1 and several CUDA-only kernel packages. On a
 # CPU machine we keep the CPU build of torch 2.13.0 that the environment already has, install
 # SGLang's other requirements under the constraint torch==2.13.0, then SGLang itself without
-# dependencies (docs/sglang.md, "CPU test environment").
+# dependencies (docs/sglang.md, "Tests against the real SGLang").
 #
 # Environment: PYTHON (default: python) names the interpreter of the environment to install
 # into; SGLANG_CPU_CACHE (default: ~/.cache/dsv41-kernels/sglang-cpu) holds the downloaded wheel.

@@ -44,7 +44,7 @@ def triton_interpreter() -> bool:
 
 
 def triton_device(t: torch.Tensor) -> Admission:
-    """Where a Triton kernel can read ``t``: a CUDA tensor, or a CPU tensor under the interpreter."""
+    """Where a Triton kernel can read ``t``: CUDA, or a CPU tensor under the interpreter."""
     if t.is_cuda:
         return admit("cuda")
     if t.device.type == "cpu" and triton_interpreter():
@@ -53,12 +53,14 @@ def triton_device(t: torch.Tensor) -> Admission:
 
 
 def check_tensor(name: str, t: object, *, dtypes=None, ndim: int | None = None) -> torch.Tensor:
-    """Raise ``ValueError`` naming ``name`` unless ``t`` is a tensor of one of ``dtypes``/``ndim``."""
+    """Raise ``ValueError`` naming ``name`` unless ``t`` is a tensor of ``dtypes`` and ``ndim``."""
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if ndim is not None and t.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise ValueError(f"{name} must have dtype in ({names}), got {str(t.dtype).replace('torch.', '')}")
+        raise ValueError(
+            f"{name} must have dtype in ({names}), got {str(t.dtype).replace('torch.', '')}"
+        )
     return t

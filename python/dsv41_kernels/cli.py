@@ -46,7 +46,15 @@ def check(args: argparse.Namespace) -> int:
             print(json.dumps(record), flush=True)
     if not args.json:
         where = torch.cuda.get_device_name() if on_gpu else "cpu"
-        mode = "" if on_gpu else (" (Triton interpreter)" if os.environ.get("TRITON_INTERPRET") == "1" else " (fallbacks only)")
+        mode = (
+            ""
+            if on_gpu
+            else (
+                " (Triton interpreter)"
+                if os.environ.get("TRITON_INTERPRET") == "1"
+                else " (fallbacks only)"
+            )
+        )
         print(f"dsv41-kernels check on {where}{mode}: times are CUDA-graph medians in µs")
         print(_table(records))
     inexact = [r for r in records if not r["exact"]]

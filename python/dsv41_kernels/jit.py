@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 
 CSRC = Path(
-    os.environ.get("DSV41_KERNELS_CSRC", Path(__file__).resolve().parents[2] / "sgl-kernel" / "csrc")
+    os.environ.get(
+        "DSV41_KERNELS_CSRC", Path(__file__).resolve().parents[2] / "sgl-kernel" / "csrc"
+    )
 )
 CACHE = Path(os.environ.get("DSV41_KERNELS_CACHE", Path.home() / ".cache" / "dsv41-kernels"))
 
@@ -34,8 +36,20 @@ def sources(name: str) -> list[Path]:
     """The ``.cu`` file of module ``name`` and every header beside it (headers change the hash)."""
     main = CSRC / f"{name}.cu"
     if not main.is_file():
-        raise FileNotFoundError(f"no CUDA source {main} (set DSV41_KERNELS_CSRC to the csrc folder)")
+        raise FileNotFoundError(
+            f"no CUDA source {main} (set DSV41_KERNELS_CSRC to the csrc folder)"
+        )
     return [main, *sorted(CSRC.rglob("*.cuh"))]
+
+
+@functools.cache
+def toolchain_available() -> bool:
+    """Whether CUDA sources can be built here: nvcc (or CUDA_HOME) and apache-tvm-ffi."""
+    try:
+        import tvm_ffi.cpp  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("nvcc") is not None or bool(os.environ.get("CUDA_HOME"))
 
 
 @functools.cache

@@ -28,7 +28,7 @@ MAX_QUANTIZED_ROWS = 128
 consumer quantizes for itself, and we keep that contract."""
 
 
-def combine_admission(hc, state) -> Admission:
+def combine_admission(hc, state, quantize: bool) -> Admission:
     """Ours for this combine, or SGLang's (pure: shapes, dtypes, module flags)."""
     x, pre, norm = state.streams, state.pre, hc.norm
     if not isinstance(x, torch.Tensor) or pre is None:
@@ -39,15 +39,19 @@ def combine_admission(hc, state) -> Admission:
         return refuse("residual or norm weight not bf16")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
-    return hc_combine_norm_admission(x.flatten(1), pre, norm.weight)
+    return hc_combine_norm_admission(x.flatten(1), pre, norm.weight, quantize=quantize)
 
 
 def combine_hook(original, hc, state, quantized):
-    if not combine_admission(hc, state):
+    x = state.streams
+    quantize = (
+        quantized is not None and isinstance(x, torch.Tensor) and x.shape[0] <= MAX_QUANTIZED_ROWS
+    )
+    if not combine_admission(hc, state, quantize):
         return original(hc, state, quantized)
-    x_flat = state.streams.flatten(1)
+    x_flat = x.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
-    if quantized is not None and x_flat.shape[0] <= MAX_QUANTIZED_ROWS:
+    if quantize:
         y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
         quantized.append(Mxfp8SwizzledInput(q.data, q.scales))
         return y

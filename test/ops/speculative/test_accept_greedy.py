@@ -38,7 +38,9 @@ def test_rule_by_hand():
     logits = torch.full((n, vocab), -1.0)
     for k, tok in enumerate(predict[0]):
         logits[k, tok] = 1.0
-    candidates = torch.tensor([[9, 3, 5, 2]])  # cand[1]==pred[0], cand[2]==pred[1], cand[3]!=pred[2]
+    candidates = torch.tensor(
+        [[9, 3, 5, 2]]
+    )  # cand[1]==pred[0], cand[2]==pred[1], cand[3]!=pred[2]
     correct, bonus, trim = accept_rule(candidates, logits)
     assert (correct.item(), bonus.item(), trim.item()) == (2, 1, 0)
     correct, bonus, trim = accept_rule(candidates, logits, cutoff_verify_lens=torch.tensor([2]))
@@ -51,7 +53,10 @@ def test_torch_composition_matches_rule(cut):
     for bs, n in ((1, 6), (3, 2), (5, 1), (4, 7)):
         candidates, logits, cutoff = make_case(bs, n, 64, gen)
         c = cutoff if cut else None
-        assert_same(accept_greedy_torch(candidates, logits, c), accept_rule(candidates, logits, cutoff_verify_lens=c))
+        assert_same(
+            accept_greedy_torch(candidates, logits, c),
+            accept_rule(candidates, logits, cutoff_verify_lens=c),
+        )
 
 
 @needs_kernel
@@ -65,7 +70,9 @@ def test_kernel_matches_rule(cut, cand_dtype):
         args = (candidates.to(DEVICE), logits.to(DEVICE))
         assert accept_greedy_admission(*args, c)
         ours = accept_greedy(*args, cutoff_verify_lens=c)
-        assert_same(ours, accept_rule(candidates, logits, cutoff_verify_lens=cutoff if cut else None))
+        assert_same(
+            ours, accept_rule(candidates, logits, cutoff_verify_lens=cutoff if cut else None)
+        )
 
 
 @needs_kernel
@@ -74,7 +81,9 @@ def test_cutoff_of_zero_wraps_like_python_indexing():
     candidates, logits, _ = make_case(2, 4, 4096, gen)
     cutoff = torch.tensor([0, 1], dtype=torch.int32)
     ref = accept_rule(candidates, logits, cutoff_verify_lens=cutoff)
-    ours = accept_greedy(candidates.to(DEVICE), logits.to(DEVICE), cutoff_verify_lens=cutoff.to(DEVICE))
+    ours = accept_greedy(
+        candidates.to(DEVICE), logits.to(DEVICE), cutoff_verify_lens=cutoff.to(DEVICE)
+    )
     assert_same(ours, ref)
 
 
@@ -97,17 +106,35 @@ def test_fallback_when_refused(monkeypatch):
     gen = torch.Generator().manual_seed(14)
     candidates, logits, cutoff = make_case(3, 6, 4096, gen)
     assert not accept_greedy_admission(candidates, logits)
-    assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), accept_rule(candidates, logits, cutoff_verify_lens=cutoff))
+    assert_same(
+        accept_greedy(candidates, logits, cutoff_verify_lens=cutoff),
+        accept_rule(candidates, logits, cutoff_verify_lens=cutoff),
+    )
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.randn(5, 8)), "bs \\* n"),
-        (dict(candidates=torch.zeros(2, 3, dtype=torch.float32), logits=torch.randn(6, 8)), "candidates"),
-        (dict(candidates=torch.zeros(6, dtype=torch.int64), logits=torch.randn(6, 8)), "candidates"),
+        (
+            dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.randn(5, 8)),
+            "bs \\* n",
+        ),
+        (
+            dict(candidates=torch.zeros(2, 3, dtype=torch.float32), logits=torch.randn(6, 8)),
+            "candidates",
+        ),
+        (
+            dict(candidates=torch.zeros(6, dtype=torch.int64), logits=torch.randn(6, 8)),
+            "candidates",
+        ),
         (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.randn(6, 0)), "empty"),
-        (dict(candidates=torch.zeros(2, 3, dtype=torch.int64), logits=torch.zeros(6, 8, dtype=torch.int32)), "logits"),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64),
+                logits=torch.zeros(6, 8, dtype=torch.int32),
+            ),
+            "logits",
+        ),
         (
             dict(
                 candidates=torch.zeros(2, 3, dtype=torch.int64),
@@ -144,7 +171,10 @@ def test_gpu_fused_equals_unfused_composition():
         candidates, logits, cutoff = candidates.cuda(), logits.cuda(), cutoff.cuda()
         c = cutoff if i % 2 else None
         assert accept_greedy_admission(candidates, logits, c)
-        assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=c), accept_greedy_torch(candidates, logits, c))
+        assert_same(
+            accept_greedy(candidates, logits, cutoff_verify_lens=c),
+            accept_greedy_torch(candidates, logits, c),
+        )
 
 
 @pytest.mark.gpu

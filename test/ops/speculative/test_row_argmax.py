@@ -3,6 +3,8 @@ import torch
 
 from dsv41_kernels import row_argmax, row_argmax_admission
 from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.ops.speculative.row_argmax import launch as triton_row_argmax
+from dsv41_kernels.ops.speculative.row_argmax import uses_cluster_kernel
 
 from .logit_cases import random_logits, special_rows
 
@@ -16,6 +18,10 @@ def assert_argmax_equal(logits):
     ref = torch.argmax(logits, dim=-1)
     assert ours.dtype == torch.int64 and ours.shape == ref.shape
     assert torch.equal(ours, ref), (ours, ref)
+    if uses_cluster_kernel(logits):  # the Triton kernel must hold on the GPU as well
+        triton_out = torch.empty_like(ref)
+        triton_row_argmax(logits, triton_out)
+        assert torch.equal(triton_out, ref), (triton_out, ref)
 
 
 # ---- admission -----------------------------------------------------------------------------
@@ -131,6 +137,7 @@ def test_strided_row_view():
     view = wide[::2, 100:5100]  # row stride 12000, 5000 columns
     assert view.stride() == (12000, 1) and row_argmax_admission(view)
     assert_argmax_equal(view)
+    assert_argmax_equal(wide[1::2, 3:4100])  # rows not 16-byte aligned: the Triton kernel
     wide[2, 150] = float("nan")
     assert_argmax_equal(view)
 
@@ -153,11 +160,16 @@ def test_out_and_repeated_launches():
 @pytest.mark.gpu
 def test_gpu_production_shape_300_cases():
     gen = torch.Generator().manual_seed(4)
-    bad = 0
+    bad = triton_bad = 0
+    triton_out = torch.empty(6, dtype=torch.int64, device="cuda")
     for _ in range(300):
         x = random_logits(6, 129280, gen).cuda()
-        bad += int((row_argmax(x) != torch.argmax(x, dim=-1)).sum())
-    assert bad == 0
+        assert uses_cluster_kernel(x)
+        ref = torch.argmax(x, dim=-1)
+        bad += int((row_argmax(x) != ref).sum())
+        triton_row_argmax(x, triton_out)
+        triton_bad += int((triton_out != ref).sum())
+    assert bad == 0 and triton_bad == 0
 
 
 @pytest.mark.gpu

@@ -10,13 +10,19 @@ input: ties resolve to the lowest index, ``-0.0 == +0.0``, ``+Inf`` wins over ev
 value, an all ``-Inf`` row gives 0, and a row holding NaN gives the index of its first NaN
 (torch's rule, which a plain ``max`` reduction misses).
 
-How: each lane keeps the first maximum of its columns (a NaN once it sees one). A lane's
-winner becomes one int64 key ``order(x) << 32 | (2**32 - 1 - index)``, where ``order`` maps
-fp32 to int32 monotonically (NaN above +Inf, -0 folded onto +0), so an integer max over
-lanes, then an ``atomic_max`` into a per-row slot, keeps the winner and, among equals, the
-lowest index. The last block swaps the slots back to
-their empty value, decodes the indices and re-arms the ticket, so the kernel is reentrant
-on a stream and safe to capture in a CUDA graph. The accept epilogue
+Two kernels, one contract. On Hopper and Blackwell a CUDA kernel
+(``sgl-kernel/csrc/row_argmax.cu``) gives each row a thread-block cluster of up to 16 CTAs
+that merge their winners through distributed shared memory: one launch, no global atomics.
+Elsewhere (other GPUs, the Triton interpreter, and the fused accept) the Triton kernel below
+runs.
+
+How the Triton kernel works: each lane keeps the first maximum of its columns (a NaN once
+it sees one). A lane's winner becomes one int64 key ``order(x) << 32 | (2**32 - 1 - index)``,
+where ``order`` maps fp32 to int32 monotonically (NaN above +Inf, -0 folded onto +0), so an
+integer max over lanes, then an ``atomic_max`` into a per-row slot, keeps the winner and,
+among equals, the lowest index. The last block to draw the ticket swaps the slots back to
+their empty value, decodes the indices and re-arms the ticket, so the kernel is reentrant on
+a stream and safe to capture in a CUDA graph. The accept epilogue
 (:mod:`dsv41_kernels.ops.speculative.accept_greedy`) runs in that last block too.
 """
 
@@ -27,6 +33,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
+from dsv41_kernels.jit import load_module, toolchain_available
 
 MIN_VOCAB = 4096
 MAX_ROWS = 1024  # rows one launch may reduce: the size of the per-device slot workspace
@@ -50,7 +57,23 @@ def row_argmax_admission(logits: torch.Tensor) -> Admission:
         return refuse(f"vocab {vocab} < {MIN_VOCAB}: one block per row is as fast")
     if not 1 <= rows <= max_rows(vocab):
         return refuse(f"{rows} rows: torch.argmax's block per row already fills the machine")
-    return admit(f"{where.reason}, {rows} rows x {vocab}")
+    kernel = "cuda cluster" if uses_cluster_kernel(logits) else "triton"
+    return admit(f"{where.reason}, {kernel}, {rows} rows x {vocab}")
+
+
+CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
+
+
+def uses_cluster_kernel(logits: torch.Tensor) -> bool:
+    """The CUDA cluster kernel needs sm_90+, a CUDA toolchain and 16-byte aligned rows."""
+    return (
+        logits.is_cuda
+        and torch.cuda.get_device_capability(logits.device)[0] >= 9
+        and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
+        and logits.data_ptr() % 16 == 0
+        and (logits.stride(0) * logits.element_size()) % 16 == 0
+        and toolchain_available()
+    )
 
 
 def max_rows(vocab: int) -> int:
@@ -108,9 +131,9 @@ def row_argmax_kernel(
     for t in tl.static_range(1, CHUNK // BLOCK):
         cols = chunk * CHUNK + t * BLOCK + tl.arange(0, BLOCK)
         x = tl.load(row_ptr + cols, mask=cols < vocab, other=float("-inf")).to(tl.float32)
-        take = (x > best) | ((x != x) & (best == best))
-        best = tl.where(take, x, best)
-        best_col = tl.where(take, cols, best_col)
+        better = (x > best) | ((x != x) & (best == best))
+        best = tl.where(better, x, best)
+        best_col = tl.where(better, cols, best_col)
     keyed = (_order_key(best).to(tl.int64) << 32) | (4294967295 - best_col.to(tl.int64))
     tl.atomic_max(slots_ptr + row, tl.max(keyed, axis=0), sem="relaxed")
 
@@ -241,10 +264,12 @@ def row_argmax(logits: torch.Tensor, *, out: torch.Tensor | None = None) -> torc
             )
     if rows == 0:
         return out
-    if row_argmax_admission(logits):
-        launch(logits, out)
-    else:
+    if not row_argmax_admission(logits):
         torch.argmax(logits, dim=-1, out=out)
+    elif uses_cluster_kernel(logits):
+        load_module("row_argmax", logits.device.index or 0).row_argmax_cluster(logits, out)
+    else:
+        launch(logits, out)
     return out
 
 

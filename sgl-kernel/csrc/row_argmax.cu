@@ -1,0 +1,227 @@
+// Row argmax with one thread-block cluster per row (Hopper and Blackwell).
+//
+// torch.argmax gives each row one block; at [6, 129280] that leaves most SMs idle. Here a
+// row is cut into up to 16 chunks, one CTA each, and the CTAs of a row form a cluster: each
+// CTA reduces its chunk and stores its winner straight into the leader CTA's shared memory
+// (distributed shared memory), one cluster barrier publishes them, and the leader writes the
+// index. No global atomics, no workspace and no second launch, so the whole reduction is one
+// kernel whose only global traffic is the logits read and one int64 store per row.
+//
+// Contract: bitwise identical to torch.argmax(logits, -1): the first NaN if the row has one,
+// else the first maximum (-0.0 == +0.0, an all -Inf row gives 0). Each thread visits its
+// columns in increasing order keeping its first winner; winners are merged by `precedes`.
+
+#include <cooperative_groups.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/function.h>
+
+#include <cstdint>
+
+namespace {
+
+namespace cg = cooperative_groups;
+using tvm::ffi::TensorView;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxCluster = 16;  // non-portable cluster size, available on sm_90 and sm_100
+
+// True when (av, ai) comes before (bv, bi) in torch.argmax's order.
+__device__ __forceinline__ bool precedes(float av, int ai, float bv, int bi) {
+  const bool a_nan = av != av, b_nan = bv != bv;
+  if (a_nan || b_nan) return a_nan && (!b_nan || ai < bi);
+  return av > bv || (av == bv && ai < bi);
+}
+
+__device__ __forceinline__ void take_if_first(float& v, int& i, float ov, int oi) {
+  if (precedes(ov, oi, v, i)) {
+    v = ov;
+    i = oi;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ float to_float(T x) {
+  return static_cast<float>(x);
+}
+template <>
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+  return __bfloat162float(x);
+}
+template <>
+__device__ __forceinline__ float to_float(__half x) {
+  return __half2float(x);
+}
+
+// 16-byte vectors of T.
+template <typename T>
+struct alignas(16) Vec {
+  static constexpr int kSize = 16 / sizeof(T);
+  T v[kSize];
+};
+
+// ITEMS vectors per thread, all loaded before any compare so the loads overlap.
+template <typename T, int ITEMS>
+__global__ void __launch_bounds__(kThreads)
+    row_argmax_cluster_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
+                              int64_t* __restrict__ out) {
+  using V = Vec<T>;
+  constexpr int kVec = V::kSize;
+  constexpr int kChunk = kThreads * kVec * ITEMS;
+  __shared__ float warp_v[kWarps];
+  __shared__ int warp_i[kWarps];
+  __shared__ float rank_v[kMaxCluster];
+  __shared__ int rank_i[kMaxCluster];
+
+  cg::cluster_group cluster = cg::this_cluster();
+  const int rank = static_cast<int>(cluster.block_rank());
+  const int row = blockIdx.y;
+  const T* x = logits + static_cast<int64_t>(row) * row_stride;
+  const int tid = threadIdx.x;
+  const int begin = rank * kChunk;
+
+  // Column of item k for this thread: begin + (k * kThreads + tid) * kVec + lane-in-vector,
+  // increasing in k, so a strict '>' keeps the thread's first maximum.
+  V items[ITEMS];
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+    const int col = begin + (k * kThreads + tid) * kVec;
+    if (col + kVec <= vocab) {
+      items[k] = *reinterpret_cast<const V*>(x + col);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        items[k].v[j] = col + j < vocab ? x[col + j] : static_cast<T>(-INFINITY);
+      }
+    }
+  }
+  float best = -INFINITY;
+  int best_i = min(begin + tid * kVec, vocab - 1);
+#pragma unroll
+  for (int k = 0; k < ITEMS; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const float v = to_float(items[k].v[j]);
+      const int col = begin + (k * kThreads + tid) * kVec + j;
+      if (col < vocab && (v > best || (v != v && best == best) || (k == 0 && j == 0))) {
+        best = v;
+        best_i = col;
+      }
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
+                  __shfl_xor_sync(0xffffffffu, best_i, offset));
+  }
+  if (tid % 32 == 0) {
+    warp_v[tid / 32] = best;
+    warp_i[tid / 32] = best_i;
+  }
+  __syncthreads();
+  if (tid < 32) {
+    best = tid < kWarps ? warp_v[tid] : -INFINITY;
+    best_i = tid < kWarps ? warp_i[tid] : vocab;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
+                    __shfl_xor_sync(0xffffffffu, best_i, offset));
+    }
+    if (tid == 0) {
+      *cluster.map_shared_rank(&rank_v[rank], 0) = best;
+      *cluster.map_shared_rank(&rank_i[rank], 0) = best_i;
+    }
+  }
+  cluster.sync();  // release the remote stores, acquire them in the leader
+  if (rank != 0 || tid >= 32) return;
+  const int ranks = static_cast<int>(cluster.num_blocks());
+  best = tid < ranks ? rank_v[tid] : -INFINITY;
+  best_i = tid < ranks ? rank_i[tid] : vocab;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
+                  __shfl_xor_sync(0xffffffffu, best_i, offset));
+  }
+  if (tid == 0) out[row] = best_i;
+}
+
+template <typename T, int ITEMS>
+void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t stream) {
+  constexpr int kChunk = kThreads * Vec<T>::kSize * ITEMS;
+  const int rows = static_cast<int>(logits.size(0));
+  const int vocab = static_cast<int>(logits.size(1));
+  const unsigned cluster = static_cast<unsigned>((vocab + kChunk - 1) / kChunk);
+  auto kernel = row_argmax_cluster_kernel<T, ITEMS>;
+  static bool non_portable = false;  // once per process: the attribute is per function
+  if (cluster > 8 && !non_portable) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) {
+      TVM_FFI_THROW(RuntimeError) << "row_argmax: clusters of " << cluster
+                                  << " CTAs unavailable: " << cudaGetErrorString(err);
+    }
+    non_portable = true;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(cluster, rows, 1);
+  config.blockDim = dim3(kThreads, 1, 1);
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = cluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  const T* data = reinterpret_cast<const T*>(static_cast<const char*>(logits.data_ptr()) +
+                                             logits.byte_offset());
+  int64_t* dst =
+      reinterpret_cast<int64_t*>(static_cast<char*>(out.data_ptr()) + out.byte_offset());
+  cudaError_t err = cudaLaunchKernelEx(&config, kernel, data, logits.stride(0), vocab, dst);
+  if (err != cudaSuccess) {
+    TVM_FFI_THROW(RuntimeError) << "row_argmax launch failed: " << cudaGetErrorString(err);
+  }
+}
+
+// The fewest items per thread that keep the cluster within kMaxCluster CTAs.
+template <typename T>
+void launch(const TensorView& logits, const TensorView& out, cudaStream_t stream) {
+  const int64_t per_item = int64_t{kThreads} * Vec<T>::kSize * kMaxCluster;
+  const int64_t vocab = logits.size(1);
+  if (vocab <= 2 * per_item) return launch_items<T, 2>(logits, out, stream);
+  if (vocab <= 4 * per_item) return launch_items<T, 4>(logits, out, stream);
+  if (vocab <= 8 * per_item) return launch_items<T, 8>(logits, out, stream);
+  if (vocab <= 16 * per_item) return launch_items<T, 16>(logits, out, stream);
+  TVM_FFI_THROW(ValueError) << "row_argmax: vocab " << vocab << " > " << 16 * per_item;
+}
+
+}  // namespace
+
+// logits: [rows, vocab] fp32/bf16/fp16 CUDA, last-dim stride 1, 16-byte aligned rows;
+// out: int64 [rows] contiguous on the same device. Checked here too: a wrong call throws.
+void row_argmax_cluster(TensorView logits, TensorView out) {
+  if (logits.ndim() != 2 || logits.stride(1) != 1) {
+    TVM_FFI_THROW(ValueError) << "logits must be 2-D with last-dim stride 1";
+  }
+  if (out.ndim() != 1 || out.size(0) != logits.size(0) || out.dtype().code != kDLInt ||
+      out.dtype().bits != 64) {
+    TVM_FFI_THROW(ValueError) << "out must be int64 [rows]";
+  }
+  const DLDataType dt = logits.dtype();
+  const int elem = dt.bits / 8;
+  const auto base = reinterpret_cast<uintptr_t>(logits.data_ptr()) + logits.byte_offset();
+  if (base % 16 != 0 || (logits.stride(0) * elem) % 16 != 0) {
+    TVM_FFI_THROW(ValueError) << "logits rows must be 16-byte aligned";
+  }
+  const int device_id = logits.device().device_id;
+  cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device_id));
+  if (dt.code == kDLFloat && dt.bits == 32) return launch<float>(logits, out, stream);
+  if (dt.code == kDLBfloat && dt.bits == 16) return launch<__nv_bfloat16>(logits, out, stream);
+  if (dt.code == kDLFloat && dt.bits == 16) return launch<__half>(logits, out, stream);
+  TVM_FFI_THROW(ValueError) << "logits must be float32, bfloat16 or float16";
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cluster, row_argmax_cluster);
