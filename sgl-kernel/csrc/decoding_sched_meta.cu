@@ -4,11 +4,11 @@
 // - sched_meta_warp_kernel keeps FlashMLA's structure: one warp gathers the per-request data,
 //   lane 0 walks every partition and stores each record to global memory. It is the "before"
 //   arm of the benchmark and a second oracle in the tests.
-// - sched_meta_block_kernel spreads the per-request pass and the write-out over a block of 256
-//   threads. One thread still walks (each step depends on the last), but keeps the request it
-//   is consuming in registers, stores only two shared-memory vectors per partition and stops
-//   as soon as the last request is consumed; the partitions left over, which all carry the same
-//   record, are filled in parallel with the rest.
+// - sched_meta_closed_form_kernel (the block-parallel kernel, one block of 256 threads) replaces
+//   the walk over partitions by a short recurrence over requests (see below) and derives every
+//   record independently, one thread per partition. Batches whose staging exceeds 48 KB of
+//   shared memory (over ~4 000 requests) take sched_meta_in_place_kernel, the walk on one
+//   thread with the request in registers, staged in the outputs themselves.
 //
 // Exported functions take the outputs and the (optional) length tensors as TensorViews plus
 // ints, launch on tvm-ffi's stream for the device (torch's current stream), never sync the
@@ -142,36 +142,163 @@ __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
 
 // ------------------------------------------------------------------------------------------
 // Block-parallel kernel.
+//
+// The walk has a closed form. Lay the blocks of every partition end to end on one "virtual"
+// axis, D = payload - fixed_overhead slots per partition (partition p owns [p * D, (p + 1) * D)):
+// the overhead a partition pays for its first chunk is not on the axis, a request that starts
+// inside a partition pays its overhead on the axis, and a partition whose leftover is no more
+// than the overhead leaves it unused. Request i then occupies [v_i, v_i + n_i) with v_0 = 0 and
+//   v_{i+1} = min(v_i + n_i + overhead, round_up(v_i + n_i, D)),
+// and partition p begins where p * D falls: in request i = max{i : v_i <= p * D} at block
+// p * D - v_i. Only the recurrence is serial; it runs on one thread over v mod D in a handful of
+// register operations per request (the divisions by D are done beforehand, in parallel), and
+// every record is then derived independently, one thread per partition.
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 // Staging beyond this takes the global-memory variant rather than an opt-in attribute call.
 constexpr size_t kDefaultSmemLimit = 48 * 1024;
 
-// What the per-request pass and the walk hand to the next phase (head of shared memory).
+// What the phases hand to each other (head of shared memory).
 struct alignas(16) WalkSummary {
   int warp_total[kWarps];  // per-warp sums of num_blocks + fixed_overhead
+  int virtual_end;         // v_{b-1} + n_{b-1}: partitions from ceil(virtual_end / D) on are idle
+  int unused[3];
+};
+
+// Shared staging after the summary, 4 * (3b + 1) bytes:
+//   end_block[b]: end block of request i once finished (0 for an empty dense request, else its
+//     block count n_i = max(end_block, 1)).
+//   start[b]: n_i / D, then v_i.
+//   splits[b + 1]: splits[i + 1] holds n_i % D, then num_splits[i + 1].
+// Largest i < b with start[i] <= x (start[0] = 0 <= x, start[] nondecreasing).
+__device__ __forceinline__ int request_at(const int* start, int b, int x) {
+  int lo = 0, hi = b - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (start[mid] <= x) lo = mid; else hi = mid - 1;
+  }
+  return lo;
+}
+
+__global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(SchedParams p) {
+  extern __shared__ int4 block_smem[];
+  WalkSummary& summary = *reinterpret_cast<WalkSummary*>(block_smem);
+  int* end_block = reinterpret_cast<int*>(block_smem + sizeof(WalkSummary) / sizeof(int4));
+  int* start = end_block + p.batch_size;
+  int* splits = start + p.batch_size;
+  const int b = p.batch_size;
+  const int parts = p.num_sm_parts;
+  const int overhead = p.fixed_overhead;
+  const int tid = threadIdx.x;
+
+  // Per-request pass.
+  int partial = 0;
+  for (int i = tid; i < b; i += kThreads) {
+    const int tokens = request_tokens(p, i);
+    const int num_blocks = last_block_of(tokens, p.block_size_n) + 1;
+    end_block[i] = tokens == 0 ? 0 : num_blocks;
+    partial += num_blocks + overhead;
+  }
+  partial = __reduce_add_sync(0xffffffffu, partial);
+  if (tid % 32 == 0) summary.warp_total[tid / 32] = partial;
+  __syncthreads();
+
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += summary.warp_total[w];
+  const int slots = (total + parts - 1) / parts;  // D = payload - overhead >= 1
+  for (int i = tid; i < b; i += kThreads) {
+    const int num_blocks = max(end_block[i], 1);
+    start[i] = num_blocks / slots;
+    splits[i + 1] = num_blocks % slots;
+  }
+  __syncthreads();
+
+  // The recurrence, v = q * D + o with o in [0, D). Only o feeds back; q and the split count
+  // ride along. Entry i + 1 is read before entry i is overwritten.
+  if (tid == 0) {
+    int o = 0, q = 0, cum = 0, v = 0, n = 1;
+    int whole = start[0], rest = splits[1];
+    for (int i = 0; i < b; ++i) {
+      const int next_whole = i + 1 < b ? start[i + 1] : 0;
+      const int next_rest = i + 1 < b ? splits[i + 2] : 0;
+      v = q * slots + o;
+      n = whole * slots + rest;
+      start[i] = v;
+      const int raw = o + rest;  // (v + n) = (q + whole) * D + raw
+      // Chunks of request i: partitions its blocks [v, v + n) touch.
+      cum += whole + (raw > slots ? 2 : (raw > 0 ? 1 : 0));
+      splits[i + 1] = cum;
+      const bool carry = raw >= slots;
+      const int s = carry ? raw - slots : raw;  // (v + n) mod D
+      const int t = s + overhead;
+      const bool same_partition = s != 0 && t < slots;
+      q += whole + carry + (s != 0 && !same_partition);
+      o = same_partition ? t : 0;
+      whole = next_whole;
+      rest = next_rest;
+    }
+    summary.virtual_end = v + n;
+  }
+  __syncthreads();
+
+  // Records, one thread per partition. A partition's end state is the next one's begin state.
+  const int virtual_end = summary.virtual_end;
+  int4* out = reinterpret_cast<int4*>(p.metadata);
+  for (int part = tid; part < parts; part += kThreads) {
+    const int x = part * slots;
+    int4 lo, hi;
+    if (x < virtual_end) {
+      const int begin_req = request_at(start, b, x);
+      const int begin_block = x - start[begin_req];
+      const int begin_split = (begin_block + slots - 1) / slots;
+      int end_req, end_blk, last_split;
+      const int y = x + slots;
+      const int next_req = y < virtual_end ? request_at(start, b, y) : b;
+      const int next_block = y < virtual_end ? y - start[next_req] : 0;
+      if (next_block > 0) {  // cut inside next_req (only requests with tokens > 0 are cut)
+        end_req = next_req;
+        end_blk = next_block;
+        last_split = 1;
+      } else {
+        end_req = next_req - 1;
+        end_blk = end_block[end_req];
+        last_split = 0;
+      }
+      int first_split = begin_block != 0;
+      if (begin_req == end_req) first_split = last_split = first_split | last_split;
+      lo = make_int4(begin_req, end_req, begin_block, end_blk);
+      hi = make_int4(begin_split, first_split, last_split, 0);
+    } else {  // left over: FlashMLA's values once the walk is done
+      lo = make_int4(b, b - 1, max(end_block[0], 1) - 1, end_block[b - 1]);
+      hi = make_int4(0, 0, 0, 0);
+    }
+    out[2 * part] = lo;
+    out[2 * part + 1] = hi;
+  }
+  if (tid == 0) p.num_splits[0] = 0;
+  for (int i = tid + 1; i <= b; i += kThreads) p.num_splits[i] = splits[i];
+}
+
+// What the per-request pass and the walk hand to the next phase (head of shared memory).
+struct alignas(16) InPlaceSummary {
+  int warp_total[kWarps];
   int walked;              // partitions the walk visited; the rest are left over
   int last_block0;         // last_block[0]: begin_block_idx of every left-over partition
   int final_end_block;     // end_block_idx of every left-over partition
   int unused;
 };
 
-// Where the staging lives:
-//   stage: int [b + 1]. The per-request pass writes, for request i, the end block it has once
-//     finished (0 for an empty dense request, else its block count; block count = max(., 1)).
-//     The walk reads entry i + 1 ahead and then overwrites it with num_splits[i + 1].
-//   rows: int4 [num_sm_parts][2]: the walk's state where each visited partition begins
-//     (req, blk, nsplit, -) and ends (req, blk, end block of the last finished request, -).
-// kStagedInSmem: both in dynamic shared memory. Otherwise (too large) stage is num_splits and
-// rows is the metadata itself, each row rewritten in place by the thread that reads it.
-template <bool kStagedInSmem>
-__global__ void __launch_bounds__(kThreads, 1) sched_meta_block_kernel(SchedParams p) {
-  extern __shared__ int4 block_smem[];
-  WalkSummary& summary = *reinterpret_cast<WalkSummary*>(block_smem);
-  int4* rows = kStagedInSmem ? block_smem + sizeof(WalkSummary) / sizeof(int4)
-                             : reinterpret_cast<int4*>(p.metadata);
-  int* stage = kStagedInSmem ? reinterpret_cast<int*>(rows + 2 * p.num_sm_parts) : p.num_splits;
+// Batches too large to stage in shared memory: the walk itself, on one thread, staged in the
+// outputs. stage is num_splits (request i's end block, overwritten with num_splits[i + 1] once
+// the walk has read it); rows is the metadata, where the walk writes each visited partition's
+// begin state (req, blk, nsplit, -) and end state (req, blk, end block of the last finished
+// request, -), each row rewritten in place by the thread that reads it.
+__global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedParams p) {
+  __shared__ InPlaceSummary summary;
+  int4* rows = reinterpret_cast<int4*>(p.metadata);
+  int* stage = p.num_splits;
   const int b = p.batch_size;
   const int parts = p.num_sm_parts;
   const int overhead = p.fixed_overhead;
@@ -263,9 +390,6 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_block_kernel(SchedPara
     out[2 * part + 1] = hi;
   }
   if (tid == 0) p.num_splits[0] = 0;
-  if constexpr (kStagedInSmem) {
-    for (int i = tid + 1; i <= b; i += kThreads) p.num_splits[i] = stage[i];
-  }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -341,8 +465,8 @@ void check_launch() {
   }
 }
 
-// Block-parallel kernel. Staging of 48 KB or less goes to shared memory with no attribute call;
-// beyond that (about 11 000 requests at 132 partitions) the staging lives in the outputs.
+// Block-parallel kernel. Staging of 48 KB or less (about 4 000 requests) goes to shared memory
+// with no attribute call; beyond that the walk runs in place in the outputs.
 void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView topk_length,
                          TensorView extra_topk_length, TensorView seqlens_k, bool has_topk_length,
                          bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
@@ -353,12 +477,12 @@ void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView 
   const int device_id = metadata.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device_id);
   const cudaStream_t stream = env_stream(device_id);
-  const size_t staged_bytes = sizeof(WalkSummary) + 2 * sizeof(int4) * p.num_sm_parts +
-                              sizeof(int) * (static_cast<size_t>(p.batch_size) + 1);
+  const size_t staged_bytes =
+      sizeof(WalkSummary) + sizeof(int) * (3 * static_cast<size_t>(p.batch_size) + 1);
   if (staged_bytes <= kDefaultSmemLimit) {
-    sched_meta_block_kernel<true><<<1, kThreads, staged_bytes, stream>>>(p);
+    sched_meta_closed_form_kernel<<<1, kThreads, staged_bytes, stream>>>(p);
   } else {
-    sched_meta_block_kernel<false><<<1, kThreads, sizeof(WalkSummary), stream>>>(p);
+    sched_meta_in_place_kernel<<<1, kThreads, 0, stream>>>(p);
   }
   check_launch();
 }

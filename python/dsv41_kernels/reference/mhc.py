@@ -89,7 +89,9 @@ def hc_combine_norm(
 
     ``dtype=torch.float64`` returns the same norm of the same ``x_in`` evaluated in float64
     and not rounded: the yardstick the op is measured against (every element within one bf16
-    ulp, away from fp32 overflow of Σ x_in²).
+    ulp, away from fp32 overflow of Σ x_in²). The Triton kernel sums the squares in fp32 in a
+    fixed order instead, so its y is within one bf16 ulp of float64 but not bitwise equal to
+    this function's; this function is the op's torch fallback.
     """
     x_in = _combine_bf16(x, pre)
     h = x_in.shape[-1]

@@ -5,9 +5,10 @@ partitions. The schedule depends on every step's ``topk_length``, so it is recom
 the captured decode graph, four times per step, and FlashMLA's own ``<<<1, 32>>>`` kernel walks
 every partition on one thread with a global store per record: 25.5 µs at batch 1 with 132
 partitions on the H200, all of it on the critical path. Here a block of 256 threads computes the
-per-request costs and writes the records; one thread still walks (each step depends on the
-last) but keeps the request in registers, stages the walk in shared memory and stops once the
-last request is consumed, the left-over partitions being filled in parallel.
+per-request costs and writes the records; the walk over partitions is replaced by its closed
+form (a few register operations per request on one thread, then one thread per partition
+locates its begin and end in shared memory), with the walk itself kept for batches too large
+to stage in shared memory.
 
 Contract: writes, in place and on the current stream, exactly what FlashMLA's scheduler writes
 (specs.md section A): ``tile_scheduler_metadata`` int32 ``[num_sm_parts, 8]`` (fields in

@@ -8,25 +8,31 @@ swizzled UE8M0 scales from the registers that hold the row.
 
 Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 32 == 0``):
 
-- ``hc_combine_norm`` is **bitwise equal** to :func:`dsv41_kernels.reference.mhc.hc_combine_norm`:
-  ``x_in = bf16(((p0·x0 + p1·x1) + p2·x2) + p3·x3)`` in fp32 without fused multiply-adds,
-  then ``y = bf16((x_in · inv) · weight)`` with ``inv = 1/sqrt(Σx_in²/H + eps)`` (each step one
-  IEEE fp32 rounding). Every element of y is within one bf16 ulp of the same norm evaluated
-  in float64 (away from fp32 overflow of Σx_in²).
-- The sum of squares has no reduction order to fix: each ``x_in²`` is an exact multiple of a
-  power of two, so it is summed in int64 fixed point (unit 2^-48 of the row's largest binade,
-  smaller terms truncated) and rounded once to fp32. Integer addition is associative, so a
-  row's bits do not depend on ``m``, its position in the batch, the tiling, the number of
-  warps or the device: y is batch-invariant by construction, and the Triton interpreter
-  gives the GPU's bits.
+- ``hc_combine_norm``: ``x_in = bf16(((p0·x0 + p1·x1) + p2·x2) + p3·x3)`` in fp32 without
+  fused multiply-adds (each product and sum rounded), then ``y = bf16((x_in · inv) · weight)``
+  with ``inv = 1/sqrt(Σx_in²/H + eps)``: fp32 throughout, the division ``ss/H``, the square
+  root and ``1/sqrt`` each one IEEE fp32 rounding (``div.rn``/``sqrt.rn``, not rsqrt).
+- Reduction order of the kernel's Σx_in² (fp32; each square is exact): the row is two tiles of
+  32-value blocks, head ``[HEAD, 32]`` and tail ``[TAIL, 32]`` (128 + 32 blocks for H = 5120,
+  64 + 64 for 4096; blocks past H are zeros), each summed by ``tl.sum`` along the 32 values of
+  a block and then across blocks, under a layout fixed by H alone (4 warps, 8 consecutive
+  values per lane); then ``head + tail``. So a row's bits depend only on the row and H, not on
+  ``m`` or the row's position (batch-invariant), and the fused form, whose sum is compiled to
+  the same layout, gives the same y. Every element of y is within one bf16 ulp of the same
+  norm in float64 (away from fp32 overflow of Σx_in²).
+- The torch fallback (and :func:`dsv41_kernels.reference.mhc.hc_combine_norm`) computes Σx_in²
+  order-free and rounded once, so it is within one bf16 ulp of float64 too but **not bitwise
+  equal** to the kernel; the Triton interpreter's sum order is numpy's, not the GPU's.
 - ``hc_combine_norm_mxfp8`` returns ``(y, Mxfp8SwizzledInput(data, scales))`` **bitwise equal**
   to ``hc_combine_norm`` followed by :func:`dsv41_kernels.mxfp8_quantize` (FlashInfer's cuda
   backend bytes, 128x4 swizzled scales); the scale buffer is written in full, padding rows up
-  to the 128-row tile and padding columns 0, for any ``m``.
+  to the 128-row tile and padding columns 0, for any ``m`` (on the kernel path both forms run
+  the kernel; with the fallback, both the reference).
 
-One program per row holds the whole row (``H`` rounded up to a power of two of 32-value
-blocks) in registers and reads x once; with quantization, a few extra programs zero the
-padding rows of the last scale tile.
+One program per row holds the whole row in registers (40 values a lane for H = 5120), issues
+all its loads, makes one reduction (Σx_in²) across warps and the MXFP8 block maxima within
+warps (a 32-value block spans 4 lanes); a few extra programs zero the padding rows of the last
+scale tile.
 """
 
 from __future__ import annotations
@@ -42,14 +48,16 @@ from dsv41_kernels.ops.quantization.mxfp8_quantize import (
     mxfp8_encode_blocks,
     mxfp8_quantize,
     swizzled_scale_offset,
+    zero_padding_scale_rows,
 )
 from dsv41_kernels.reference.mhc import HC_MULT
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
 
-MAX_ROW_BLOCK = 16384  # values of one row held in registers (H rounded up to 32 * 2^k)
+MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
 PAD_ROWS = 32  # scale-padding rows zeroed per extra program
+NUM_WARPS = 4  # fixed: the sum of squares' order follows the tile layout (H = 5120: 40 per lane)
 
 
 def _check_inputs(x, pre, weight, eps, *, quantize: bool) -> tuple[int, int]:
@@ -83,12 +91,6 @@ def _check_out(name: str, t, shape, dtype, device) -> None:
         )
 
 
-def _row_block(h: int) -> int:
-    """32-value blocks per program: H/32 rounded up to a power of two, at least 4 (one 128x4
-    scale group, so the row's padding scale columns fall inside it)."""
-    return max(4, triton.next_power_of_2(-(-h // SF_VEC_SIZE)))
-
-
 def hc_combine_norm_admission(
     x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor, *, quantize: bool = False, out=None
 ) -> Admission:
@@ -101,7 +103,7 @@ def hc_combine_norm_admission(
         return where
     if h % SF_VEC_SIZE:
         return refuse(f"H = {h} is not a multiple of {SF_VEC_SIZE}")
-    if _row_block(h) * SF_VEC_SIZE > MAX_ROW_BLOCK:
+    if sum(_row_tiles(h)) * SF_VEC_SIZE > MAX_ROW_BLOCK:
         return refuse(f"H = {h}: a row does not fit one program's registers")
     if x.stride(1) != 1:
         return refuse("x's last-dim stride != 1")
@@ -118,37 +120,75 @@ def hc_combine_norm_admission(
 
 
 @triton.jit
-def _bf16_rne_bits(v):
-    """fp32 -> bf16 bits (int32 in 0..0xFFFF), round to nearest even, NaN -> 0x7FC0."""
+def _bf16_round(v):
+    """fp32 -> the fp32 holding its bf16 rounding (to nearest even; NaN -> 0x7FC0 bits)."""
     bits = v.to(tl.int32, bitcast=True)
-    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
-    return tl.where(v != v, 0x7FC0, rounded)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return tl.where(v != v, 0x7FC00000, rounded).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _sum_of_squares_bf16(bits):
-    """Σ v² of a tile of bf16 bits as fp32, exact up to a 2^-48-of-the-top-binade truncation
-    and one rounding, independent of the reduction order (see reference.mhc.bf16_sum_of_squares)."""
-    exponent = (bits >> 7) & 0xFF
-    mantissa = bits & 0x7F
-    biased = tl.maximum(exponent, 1)
-    emax = tl.max(tl.max(biased, axis=1), axis=0)  # 255 iff the row holds Inf or NaN
-    significand = tl.where(exponent > 0, mantissa | 0x80, mantissa)
-    square = (significand * significand).to(tl.int64)
-    shift = 2 * (biased - emax) + 32
-    units = tl.where(
-        shift >= 0,
-        square << tl.maximum(shift, 0).to(tl.int64),
-        square >> tl.minimum(-shift, 20).to(tl.int64),
-    )
-    # With Inf/NaN present count them instead: NaN adds 2^32, Inf 1.
-    nonfinite = tl.where(exponent == 0xFF, tl.where(mantissa != 0, 4294967296, 1), 0)
-    units = tl.where(emax == 0xFF, nonfinite.to(tl.int64), units)
-    total = tl.sum(tl.sum(units, axis=1), axis=0)
-    unit = ((2 * emax - 300 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
-    ss = (total.to(tl.float64) * unit).to(tl.float32)
-    special = tl.where(total >= 4294967296, 0x7FC00000, 0x7F800000).to(tl.float32, bitcast=True)
-    return tl.where(emax == 0xFF, special, ss)
+def _load_part(x_row, FIRST: tl.constexpr, BLOCKS: tl.constexpr, H: tl.constexpr):
+    """The four streams' bf16 bits at blocks [FIRST, FIRST + BLOCKS) of the row, as [BLOCKS, 32]
+    tiles (zeros past H), and the tile's column indices."""
+    h = FIRST * 32 + tl.arange(0, BLOCKS)[:, None] * 32 + tl.arange(0, 32)[None, :]
+    inside = h < H
+    s0 = tl.load(x_row + h, mask=inside, other=0)
+    s1 = tl.load(x_row + H + h, mask=inside, other=0)
+    s2 = tl.load(x_row + 2 * H + h, mask=inside, other=0)
+    s3 = tl.load(x_row + 3 * H + h, mask=inside, other=0)
+    return s0, s1, s2, s3, h
+
+
+@triton.jit
+def _combine(s0, s1, s2, s3, p0, p1, p2, p3):
+    """bf16(((p0·x0 + p1·x1) + p2·x2) + p3·x3), each product and sum rounded (no FMA)."""
+    acc = bf16_bits_to_f32(s0) * p0
+    acc = acc + bf16_bits_to_f32(s1) * p1
+    acc = acc + bf16_bits_to_f32(s2) * p2
+    acc = acc + bf16_bits_to_f32(s3) * p3
+    return _bf16_round(acc)
+
+
+@triton.jit
+def _sum_of_squares(v):
+    """fp32 Σ v² of a [blocks, 32] tile: along each block's 32 values, then across blocks."""
+    return tl.sum(tl.sum(v * v, axis=1), axis=0)
+
+
+@triton.jit
+def _normalize_store(
+    x_in,
+    h,
+    inv,
+    w_ptr,
+    stride_w,
+    y_row,
+    q_row,
+    sf_row_ptr,
+    row,
+    FIRST: tl.constexpr,
+    H: tl.constexpr,
+    PADDED_COLS: tl.constexpr,
+    QUANTIZE: tl.constexpr,
+    HW_CVT: tl.constexpr,
+):
+    """y = bf16((x_in · inv) · w) for one part of the row, stored; with QUANTIZE its e4m3 codes
+    and the part's scale bytes (blocks past H/32 hold zeros: scale 0)."""
+    inside = h < H
+    w = bf16_bits_to_f32(tl.load(w_ptr + h * stride_w, mask=inside, other=0))
+    y = _bf16_round((x_in * inv) * w)
+    y = tl.where(inside, y, 0.0)  # lanes past H are padding blocks: scale 0 even if inv is NaN
+    tl.store(y_row + h, (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16), mask=inside)
+    if QUANTIZE:
+        codes, scale = mxfp8_encode_blocks(y, tl.arange(0, 32)[None, :], HW_CVT)
+        # Offsets written so the compiler sees runs of only 8 contiguous bytes: the e4m3 store
+        # then keeps the bf16 tiles' layout ([1, 8] per thread), so y, and above all the sum of
+        # squares, have the same layout (hence the same bits) as without QUANTIZE.
+        tl.store(q_row + (h // 8) * 8 + h % 8, codes, mask=inside)
+        col = FIRST + tl.arange(0, x_in.shape[0])
+        offset = swizzled_scale_offset(row, col, PADDED_COLS)
+        tl.store(sf_row_ptr + offset, scale.to(tl.uint8), mask=col < PADDED_COLS)
 
 
 @triton.jit(do_not_specialize=["rows"])
@@ -168,61 +208,89 @@ def hc_combine_norm_kernel(
     stride_qm,
     H: tl.constexpr,
     EPS: tl.constexpr,  # an fp32 value
-    ROW_BLOCKS: tl.constexpr,  # 32-value blocks per row tile (power of two >= H/32, >= 4)
+    HEAD_BLOCKS: tl.constexpr,  # 32-value blocks in the row's first tile (power of two)
+    TAIL_BLOCKS: tl.constexpr,  # blocks in its second tile (power of two, <= HEAD_BLOCKS)
     PADDED_COLS: tl.constexpr,  # scale columns of the swizzled buffer, rup(H/32, 4)
     QUANTIZE: tl.constexpr,
     PAD_ROWS: tl.constexpr,
+    PAD_COL_TILE: tl.constexpr,
+    HW_CVT: tl.constexpr,
 ):
+    """Program r < rows normalises row r, held in registers as two [blocks, 32] tiles (head and
+    tail) so that H = 5120 = 128 + 32 blocks wastes no lanes; later programs zero scale
+    padding rows (QUANTIZE)."""
     pid = tl.program_id(0)
-    j = tl.arange(0, 32)[None, :]
-    h = tl.arange(0, ROW_BLOCKS)[:, None] * 32 + j  # the row as [blocks, 32]
-    inside = h < H
     if pid < rows:
         row = pid.to(tl.int64)
         x_row = x_ptr + row * stride_xm
         pre_row = pre_ptr + row * stride_pm
-        # Products and sums rounded separately (launched with enable_fp_fusion=False).
-        acc = bf16_bits_to_f32(tl.load(x_row + h, mask=inside, other=0)) * tl.load(pre_row)
-        for i in tl.static_range(1, 4):
-            stream = bf16_bits_to_f32(tl.load(x_row + i * H + h, mask=inside, other=0))
-            acc = acc + stream * tl.load(pre_row + i * stride_pc)
-        x_in = _bf16_rne_bits(acc)
-        ss = _sum_of_squares_bf16(x_in)
-        # One IEEE fp32 rounding per step, computed in float64 (fp32 div/sqrt are approximate
-        # or flush subnormals on the GPU; f64 ops are IEEE and rounding once to fp32 is exact).
-        r = ((ss.to(tl.float64) / H).to(tl.float32).to(tl.float64) + EPS).to(tl.float32)
-        inv = (1.0 / tl.sqrt(r.to(tl.float64)).to(tl.float32).to(tl.float64)).to(tl.float32)
-        w = bf16_bits_to_f32(tl.load(w_ptr + h * stride_w, mask=inside, other=0))
-        y = _bf16_rne_bits((bf16_bits_to_f32(x_in) * inv) * w)
-        y = tl.where(inside, y, 0)  # lanes past H are padding blocks: scale 0 even if inv is NaN
-        tl.store(y_ptr + row * stride_ym + h, y.to(tl.int16), mask=inside)
-        if QUANTIZE:
-            codes, scale = mxfp8_encode_blocks(bf16_bits_to_f32(y), j)
-            # A layout hint, not semantics: 8 contiguous bytes per thread lets the e4m3 store
-            # share the bf16 tiles' layout instead of moving y through shared memory.
-            q_offset = tl.max_contiguous(h, [1, 8])
-            tl.store(q_ptr + row * stride_qm + q_offset, codes.to(tl.uint8), mask=inside)
-            col = tl.arange(0, ROW_BLOCKS)  # blocks past H/32 read zeros: scale 0
-            offset = swizzled_scale_offset(row, col, PADDED_COLS)
-            tl.store(sf_ptr + offset, scale.to(tl.uint8), mask=col < PADDED_COLS)
-    elif QUANTIZE:
-        # Rows rows .. rup(rows, 128) - 1 of the last scale tile exist only as zero scales.
-        first = rows + (pid - rows) * PAD_ROWS
-        pad_row = (first + tl.arange(0, PAD_ROWS)[:, None]).to(tl.int64)
-        pad_col = tl.arange(0, ROW_BLOCKS)[None, :]
-        padded_rows = tl.cdiv(rows, 128) * 128
-        zero = tl.zeros([PAD_ROWS, ROW_BLOCKS], dtype=tl.uint8)
-        tl.store(
-            sf_ptr + swizzled_scale_offset(pad_row, pad_col, PADDED_COLS),
-            zero,
-            mask=(pad_row < padded_rows) & (pad_col < PADDED_COLS),
+        p0 = tl.load(pre_row)
+        p1 = tl.load(pre_row + stride_pc)
+        p2 = tl.load(pre_row + 2 * stride_pc)
+        p3 = tl.load(pre_row + 3 * stride_pc)
+        # Every load of the row is issued before the first reduction.
+        a0, a1, a2, a3, h_head = _load_part(x_row, 0, HEAD_BLOCKS, H)
+        b0, b1, b2, b3, h_tail = _load_part(x_row, HEAD_BLOCKS, TAIL_BLOCKS, H)
+        head = _combine(a0, a1, a2, a3, p0, p1, p2, p3)
+        tail = _combine(b0, b1, b2, b3, p0, p1, p2, p3)
+        # The fixed reduction order (see the module docstring): head tile, tail tile, their sum.
+        ss = _sum_of_squares(head) + _sum_of_squares(tail)
+        # IEEE fp32 division and square root (div.rn / sqrt.rn), as in the reference.
+        one = tl.full([], 1.0, tl.float32)
+        r = tl.div_rn(ss, tl.full([], H, tl.float32)) + EPS
+        inv = tl.div_rn(one, tl.sqrt_rn(r))
+        y_row = y_ptr + row * stride_ym
+        q_row = q_ptr + row * stride_qm
+        _normalize_store(
+            head,
+            h_head,
+            inv,
+            w_ptr,
+            stride_w,
+            y_row,
+            q_row,
+            sf_ptr,
+            row,
+            0,
+            H,
+            PADDED_COLS,
+            QUANTIZE,
+            HW_CVT,
         )
+        _normalize_store(
+            tail,
+            h_tail,
+            inv,
+            w_ptr,
+            stride_w,
+            y_row,
+            q_row,
+            sf_ptr,
+            row,
+            HEAD_BLOCKS,
+            H,
+            PADDED_COLS,
+            QUANTIZE,
+            HW_CVT,
+        )
+    elif QUANTIZE:
+        first = rows + (pid - rows) * PAD_ROWS
+        zero_padding_scale_rows(sf_ptr, first, rows, PADDED_COLS, PAD_ROWS, PAD_COL_TILE)
+
+
+def _row_tiles(h: int) -> tuple[int, int]:
+    """(head, tail) 32-value blocks of the row's two tiles: the head is the largest power of
+    two below the padded scale columns rup(H/32, 4), the tail the rest rounded up to a power of
+    two (128 + 32 for H = 5120, 64 + 64 for H = 4096). Together they cover rup(H/32, 4)."""
+    padded_cols = -(-(h // SF_VEC_SIZE) // 4) * 4
+    head = triton.next_power_of_2(padded_cols) // 2
+    return head, triton.next_power_of_2(padded_cols - head)
 
 
 def launch(x, pre, weight, eps: float, y: torch.Tensor, quantized: Mxfp8SwizzledInput | None):
     rows, width = x.shape
     h = width // HC_MULT
-    row_blocks = _row_block(h)
+    head, tail = _row_tiles(h)
     padded_cols = -(-(h // SF_VEC_SIZE) // 4) * 4
     grid = rows
     if quantized is not None:
@@ -246,11 +314,14 @@ def launch(x, pre, weight, eps: float, y: torch.Tensor, quantized: Mxfp8Swizzled
         q.stride(0),
         H=h,
         EPS=torch.tensor(eps, dtype=torch.float32).item(),
-        ROW_BLOCKS=row_blocks,
+        HEAD_BLOCKS=head,
+        TAIL_BLOCKS=tail,
         PADDED_COLS=padded_cols,
         QUANTIZE=quantized is not None,
         PAD_ROWS=PAD_ROWS,
-        num_warps=max(1, min(16, row_blocks * SF_VEC_SIZE // 512)),
+        PAD_COL_TILE=triton.next_power_of_2(padded_cols),
+        HW_CVT=x.is_cuda,
+        num_warps=NUM_WARPS,
         enable_fp_fusion=False,
     )
 

@@ -42,7 +42,14 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_tensor,
+    refuse,
+    triton_device,
+    triton_interpreter,
+)
 from dsv41_kernels.check import CheckCase
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
 from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
@@ -60,9 +67,8 @@ _PACKED_COLUMNS = 64  # [hi (24) | 0 (8) | lo (24) | 0 (8)]: one tl.dot N tile
 _LO_COLUMN = 32
 _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
 _MAX_SPLITS = 256  # the finisher reduces all slices of a row in one tile
-_MAX_SLICE_K = 5120
-"""Longest K slice by default: one fp32 accumulator summing 20480 products sequentially drifts
-to ~1.6e-6 (max error over max value, simulated); 5120 keeps it near 6e-7."""
+_PREFETCH_STEPS = 4
+"""How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
 _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
 _STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
 _MIX = tl.constexpr(HC_MIX)
@@ -259,22 +265,21 @@ class SplitKConfig:
 def split_k_config(path: str, m: int, k: int, num_sms: int) -> SplitKConfig:
     """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
 
-    H200, K = 20480: ``compensated`` 4096 rows -> 32 tiles of 128 x 4 slices; 128 rows -> 2
-    tiles of 64 x 66 slices; 16384 rows -> 128 tiles x 4 slices (no slice longer than 5120);
-    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of ~160. ``batch_invariant`` ignores
-    ``m`` entirely.
+    The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
+    copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
+    ``compensated`` 4096 rows -> 64 tiles x 2 slices; 1024 -> 16 x 8; 128 -> 2 x 66;
+    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of ~160. Slice length no longer bounds
+    the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
     """
     if path == "batch_invariant":
-        return SplitKConfig(64, 64, min(16, triton.cdiv(k, 64)), 4, 3, 8)
+        return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
     if path == "small_row":  # fp32 FMA products: small tiles, two programs per SM
         block_m, warps, programs = min(max(triton.next_power_of_2(m), 16), 64), 4, 2 * num_sms
-    else:  # TF32 wgmma: a warp group per 64 rows, about one program per SM
-        block_m = 64 if m <= 2048 else 128
-        warps, programs = block_m // 16, num_sms
+    else:
+        block_m, warps, programs = 64, 8, num_sms
     block_k = 64
     fill = programs // max(1, triton.cdiv(m, block_m))  # slices that fill the machine
-    short = triton.cdiv(k, _MAX_SLICE_K)  # slices that keep each fp32 accumulation short
-    splits = max(1, min(max(fill, short), 128, triton.cdiv(k, block_k)))
+    splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
     block_s = max(2, triton.next_power_of_2(splits))
     finish_rows = max(2, min(16, 256 // block_s, triton.next_power_of_2(triton.cdiv(m, num_sms))))
     return SplitKConfig(block_m, block_k, splits, warps, 3, finish_rows)
@@ -291,7 +296,7 @@ def _num_sms(device: torch.device) -> int:
 # Kernels
 
 
-@triton.jit(do_not_specialize=["m"])
+@triton.jit(do_not_specialize=["m", "zero"])
 def _mix_partials_kernel(
     x_ptr,
     w_ptr,
@@ -304,11 +309,13 @@ def _mix_partials_kernel(
     stride_xk,
     stride_wn,
     stride_wk,
+    zero,  # 0.0 at run time: see the fresh accumulator below
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``.
 
@@ -328,19 +335,53 @@ def _mix_partials_kernel(
     x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :] * stride_xk
     w_ptrs = w_ptr + cols[None, :] * stride_wn + ks[:, None] * stride_wk
 
+    # x is read through registers (it is converted to fp32 for the TF32 MMA), which Triton's
+    # pipeliner does not prefetch: the next tile's load is issued by hand before this tile's
+    # MMA, so one DRAM latency overlaps each step instead of adding to it.
+    x_mask = rows[:, None] < tl.where(count > 0, m, 0)
+    if not EVEN_K:
+        x_mask = x_mask & (ks < K)[None, :]
+    x = tl.load(x_ptrs, mask=x_mask, other=0.0)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     sqsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if PREFETCH > 0:  # one address per 128-byte line of each row's tile
+        line_ptrs = (
+            x_ptr
+            + rows.to(tl.int64)[:, None] * stride_xm
+            + ((first + PREFETCH) * BLOCK_K + tl.arange(0, BLOCK_K // 64) * 64)[None, :] * stride_xk
+        )
     for step in range(count):
+        if PREFETCH > 0:
+            # Register prefetch holds one tile in flight; an L2 prefetch PREFETCH steps ahead
+            # keeps more of the slice moving without registers (x is read exactly once).
+            ahead = rows[:, None] < tl.where(step + PREFETCH < count, m, 0)
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
+                "mov.u32 $0, 0; }",
+                "=r,l,r",
+                [line_ptrs, ahead.to(tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+            line_ptrs += BLOCK_K * stride_xk
+        x_mask = rows[:, None] < tl.where(step + 1 < count, m, 0)
         if EVEN_K:
-            x = tl.load(x_ptrs, mask=row_ok[:, None], other=0.0)
             w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
         else:
             k_ok = ks + step * BLOCK_K < K
-            x = tl.load(x_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+            x_mask = x_mask & (ks + (step + 1) * BLOCK_K < K)[None, :]
+        x_next = tl.load(x_ptrs + BLOCK_K * stride_xk, mask=x_mask, other=0.0)
         xf = x.to(tl.float32)  # bf16 -> fp32 is exact, and exact in TF32
         sqsum += tl.sum(xf * xf, axis=1)
-        acc = tl.dot(xf, w, acc, input_precision=PRECISION)
+        # A fresh accumulator per step, added with an IEEE fp32 add: the tensor core's own
+        # accumulation is not round-to-nearest and drifts over a long K (~1e-5 at 5120). The
+        # run-time zero keeps Triton from folding the add back into the MMA (it does so for a
+        # constant zero), so each MMA chain is BLOCK_K products.
+        fresh = tl.full((BLOCK_M, BLOCK_N), zero, tl.float32)
+        acc = acc + tl.dot(xf, w, fresh, input_precision=PRECISION)
+        x = x_next
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
@@ -471,11 +512,13 @@ def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, r
         x2d.stride(1),
         w.stride(0),
         w.stride(1),
+        0.0,
         BLOCK_M=cfg.block_m,
         BLOCK_N=part_n,
         BLOCK_K=cfg.block_k,
         EVEN_K=k % cfg.block_k == 0,
         PRECISION="ieee" if path == "small_row" else "tf32",
+        PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
