@@ -12,6 +12,8 @@ import json
 import torch
 
 from dsv41_kernels import accept_greedy, row_argmax, row_argmax_admission
+from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.speculative import row_argmax as row_argmax_module
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch
 from dsv41_kernels.ops.speculative.row_argmax import launch as triton_row_argmax
 from dsv41_kernels.timing import graph_time_us
@@ -23,8 +25,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--json", help="write the records here")
     parser.add_argument("--rows", default="1,2,6,16,64,128,256")
+    parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
     args = parser.parse_args()
-    records = []
+    records = sweep() if args.sweep else []
     for rows in map(int, args.rows.split(",")):
         x = torch.randn(rows, VOCAB, device="cuda")
         out = torch.empty(rows, dtype=torch.int64, device="cuda")
@@ -65,6 +68,8 @@ def main() -> None:
     print("Triton kernel alone. CUDA-graph replay medians, us per call.")
     print(f"{'op':<14} {'shape':<36} {'baseline':>9} {'triton':>8} {'ours':>8} {'speedup':>8}")
     for r in records:
+        if "baseline_us" not in r:
+            continue
         r["speedup"] = r["baseline_us"] / r["ours_us"]
         triton = f"{r['triton_us']:.2f}" if "triton_us" in r else "-"
         print(
@@ -74,6 +79,43 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=1)
+
+
+def sweep() -> list[dict]:
+    """Launch shapes of the CUDA cluster kernel and of the Triton accept, checked and timed."""
+    records = []
+    module = load_module("row_argmax")
+    for rows in (1, 6, 64):
+        x = torch.randn(rows, VOCAB, device="cuda")
+        x[:, ::97] = x.max()  # ties everywhere
+        ref = torch.argmax(x, dim=-1)
+        out = torch.empty(rows, dtype=torch.int64, device="cuda")
+        for threads, items in ((128, 16), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 2)):
+            run = lambda x=x, t=threads, i=items: module.row_argmax_cluster_shape(x, out, t, i)
+            run()
+            record = {"op": "sweep cluster", "shape": f"[{rows}, {VOCAB}] {threads}x{items}"}
+            record["exact"] = bool(torch.equal(out, ref))
+            record["us"] = graph_time_us(run)
+            records.append(record)
+            print(record, flush=True)
+    n, default = 6, row_argmax_module.launch_config
+    logits = torch.randn(n, VOCAB, device="cuda")
+    cand = torch.randint(0, VOCAB, (1, n), device="cuda")
+    out = tuple(
+        torch.empty(1, dtype=d, device="cuda") for d in (torch.int32, torch.int64, torch.int32)
+    )
+    for chunk, block, warps in ((2048, 1024, 4), (4096, 1024, 8), (4096, 2048, 8), (8192, 1024, 8)):
+        row_argmax_module.launch_config = lambda r, v, c=chunk, b=block, w=warps: (c, b, w)
+        run = lambda: accept_greedy(cand, logits, out=out)
+        record = {"op": "sweep accept", "shape": f"[6, {VOCAB}] {chunk}/{block}/{warps}"}
+        record["exact"] = all(
+            torch.equal(a, b) for a, b in zip(run(), accept_greedy_torch(cand, logits))
+        )
+        record["us"] = graph_time_us(run)
+        records.append(record)
+        print(record, flush=True)
+    row_argmax_module.launch_config = default
+    return records
 
 
 if __name__ == "__main__":

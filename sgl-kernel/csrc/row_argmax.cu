@@ -26,8 +26,7 @@ namespace {
 namespace cg = cooperative_groups;
 using tvm::ffi::TensorView;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = 256;  // the default launch shape; the sweep export tries others
 constexpr int kMaxCluster = 16;  // non-portable cluster size, available on sm_90 and sm_100
 
 // True when (av, ai) comes before (bv, bi) in torch.argmax's order.
@@ -65,13 +64,14 @@ struct alignas(16) Vec {
 };
 
 // ITEMS vectors per thread, all loaded before any compare so the loads overlap.
-template <typename T, int ITEMS>
-__global__ void __launch_bounds__(kThreads)
+template <typename T, int THREADS, int ITEMS>
+__global__ void __launch_bounds__(THREADS)
     row_argmax_cluster_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
                               int64_t* __restrict__ out) {
   using V = Vec<T>;
   constexpr int kVec = V::kSize;
-  constexpr int kChunk = kThreads * kVec * ITEMS;
+  constexpr int kWarps = THREADS / 32;
+  constexpr int kChunk = THREADS * kVec * ITEMS;
   __shared__ float warp_v[kWarps];
   __shared__ int warp_i[kWarps];
   __shared__ float rank_v[kMaxCluster];
@@ -84,12 +84,12 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const int begin = rank * kChunk;
 
-  // Column of item k for this thread: begin + (k * kThreads + tid) * kVec + lane-in-vector,
+  // Column of item k for this thread: begin + (k * THREADS + tid) * kVec + lane-in-vector,
   // increasing in k, so a strict '>' keeps the thread's first maximum.
   V items[ITEMS];
 #pragma unroll
   for (int k = 0; k < ITEMS; ++k) {
-    const int col = begin + (k * kThreads + tid) * kVec;
+    const int col = begin + (k * THREADS + tid) * kVec;
     if (col + kVec <= vocab) {
       items[k] = *reinterpret_cast<const V*>(x + col);
     } else {
@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int j = 0; j < kVec; ++j) {
       const float v = to_float(items[k].v[j]);
-      const int col = begin + (k * kThreads + tid) * kVec + j;
+      const int col = begin + (k * THREADS + tid) * kVec + j;
       if (col < vocab && (v > best || (v != v && best == best) || (k == 0 && j == 0))) {
         best = v;
         best_i = col;
@@ -149,13 +149,16 @@ __global__ void __launch_bounds__(kThreads)
   if (tid == 0) out[row] = best_i;
 }
 
-template <typename T, int ITEMS>
+template <typename T, int THREADS, int ITEMS>
 void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t stream) {
-  constexpr int kChunk = kThreads * Vec<T>::kSize * ITEMS;
+  constexpr int kChunk = THREADS * Vec<T>::kSize * ITEMS;
   const int rows = static_cast<int>(logits.size(0));
   const int vocab = static_cast<int>(logits.size(1));
   const unsigned cluster = static_cast<unsigned>((vocab + kChunk - 1) / kChunk);
-  auto kernel = row_argmax_cluster_kernel<T, ITEMS>;
+  if (cluster > kMaxCluster) {
+    TVM_FFI_THROW(ValueError) << "row_argmax: " << cluster << " CTAs per row > " << kMaxCluster;
+  }
+  auto kernel = row_argmax_cluster_kernel<T, THREADS, ITEMS>;
   static bool non_portable = false;  // once per process: the attribute is per function
   if (cluster > 8 && !non_portable) {
     cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
@@ -167,7 +170,7 @@ void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t 
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(cluster, rows, 1);
-  config.blockDim = dim3(kThreads, 1, 1);
+  config.blockDim = dim3(THREADS, 1, 1);
   config.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -191,18 +194,15 @@ template <typename T>
 void launch(const TensorView& logits, const TensorView& out, cudaStream_t stream) {
   const int64_t per_item = int64_t{kThreads} * Vec<T>::kSize * kMaxCluster;
   const int64_t vocab = logits.size(1);
-  if (vocab <= 2 * per_item) return launch_items<T, 2>(logits, out, stream);
-  if (vocab <= 4 * per_item) return launch_items<T, 4>(logits, out, stream);
-  if (vocab <= 8 * per_item) return launch_items<T, 8>(logits, out, stream);
-  if (vocab <= 16 * per_item) return launch_items<T, 16>(logits, out, stream);
+  if (vocab <= 2 * per_item) return launch_items<T, kThreads, 2>(logits, out, stream);
+  if (vocab <= 4 * per_item) return launch_items<T, kThreads, 4>(logits, out, stream);
+  if (vocab <= 8 * per_item) return launch_items<T, kThreads, 8>(logits, out, stream);
+  if (vocab <= 16 * per_item) return launch_items<T, kThreads, 16>(logits, out, stream);
   TVM_FFI_THROW(ValueError) << "row_argmax: vocab " << vocab << " > " << 16 * per_item;
 }
 
-}  // namespace
 
-// logits: [rows, vocab] fp32/bf16/fp16 CUDA, last-dim stride 1, 16-byte aligned rows;
-// out: int64 [rows] contiguous on the same device. Checked here too: a wrong call throws.
-void row_argmax_cluster(TensorView logits, TensorView out) {
+cudaStream_t checked_stream(const TensorView& logits, const TensorView& out) {
   if (logits.ndim() != 2 || logits.stride(1) != 1) {
     TVM_FFI_THROW(ValueError) << "logits must be 2-D with last-dim stride 1";
   }
@@ -216,12 +216,37 @@ void row_argmax_cluster(TensorView logits, TensorView out) {
   if (base % 16 != 0 || (logits.stride(0) * elem) % 16 != 0) {
     TVM_FFI_THROW(ValueError) << "logits rows must be 16-byte aligned";
   }
-  const int device_id = logits.device().device_id;
-  cudaStream_t stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device_id));
+  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, logits.device().device_id));
+}
+
+}  // namespace
+
+// logits: [rows, vocab] fp32/bf16/fp16 CUDA, last-dim stride 1, 16-byte aligned rows;
+// out: int64 [rows] contiguous on the same device. Checked here too: a wrong call throws.
+void row_argmax_cluster(TensorView logits, TensorView out) {
+  cudaStream_t stream = checked_stream(logits, out);
+  const DLDataType dt = logits.dtype();
   if (dt.code == kDLFloat && dt.bits == 32) return launch<float>(logits, out, stream);
   if (dt.code == kDLBfloat && dt.bits == 16) return launch<__nv_bfloat16>(logits, out, stream);
   if (dt.code == kDLFloat && dt.bits == 16) return launch<__half>(logits, out, stream);
   TVM_FFI_THROW(ValueError) << "logits must be float32, bfloat16 or float16";
 }
 
+// fp32 only, with an explicit launch shape: what benchmark/kernels/bench_row_argmax.py --sweep
+// times to choose kThreads and the items per thread.
+void row_argmax_cluster_shape(TensorView logits, TensorView out, int threads, int items) {
+  cudaStream_t stream = checked_stream(logits, out);
+  if (logits.dtype().code != kDLFloat || logits.dtype().bits != 32) {
+    TVM_FFI_THROW(ValueError) << "the sweep takes float32 logits";
+  }
+  if (threads == 128 && items == 16) return launch_items<float, 128, 16>(logits, out, stream);
+  if (threads == 256 && items == 8) return launch_items<float, 256, 8>(logits, out, stream);
+  if (threads == 256 && items == 16) return launch_items<float, 256, 16>(logits, out, stream);
+  if (threads == 512 && items == 4) return launch_items<float, 512, 4>(logits, out, stream);
+  if (threads == 512 && items == 8) return launch_items<float, 512, 8>(logits, out, stream);
+  if (threads == 1024 && items == 2) return launch_items<float, 1024, 2>(logits, out, stream);
+  TVM_FFI_THROW(ValueError) << "no launch shape " << threads << " threads x " << items << " items";
+}
+
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cluster, row_argmax_cluster);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cluster_shape, row_argmax_cluster_shape);
