@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU tier in one go: JIT build, `pytest -m gpu`, `dsv41-kernels check` and every benchmark.
 # Usage: bash benchmark/run_gpu.sh OUT_DIR   (results: gpu_tests.log, bench.log, *.json)
+# SWEEP="row_argmax hc_mix_stats" also times other launch shapes in those benchmarks (--sweep).
 set -u
 out=${1:?usage: run_gpu.sh OUT_DIR}
 mkdir -p "$out"
@@ -17,8 +18,12 @@ tail -n 3 "$out/gpu_tests.log"
 timeout 120 python3 -m dsv41_kernels.cli check >> "$out/bench.log" 2>&1 || status=1
 for bench in row_argmax decoding_sched_meta hc_combine_norm_mxfp8 moe_fused_gate hc_mix_stats; do
   echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
-  timeout 180 python3 "benchmark/kernels/bench_$bench.py" --json "$out/bench_$bench.json" \
-    >> "$out/bench.log" 2>&1 || status=1
+  sweep=()
+  if [ -n "${SWEEP:-}" ] && [[ " $SWEEP " == *" $bench "* ]]; then
+    sweep=(--sweep)
+  fi
+  timeout 240 python3 "benchmark/kernels/bench_$bench.py" --json "$out/bench_$bench.json" \
+    "${sweep[@]}" >> "$out/bench.log" 2>&1 || status=1
 done
 if [ -f benchmark/verify_cycle.py ]; then
   echo "== benchmark/verify_cycle.py" >> "$out/bench.log"

@@ -7,6 +7,11 @@ Outputs are preallocated where the API takes them; the three outputs are checked
 first. CUDA-graph replay medians (dsv41_kernels.timing.graph_time_us). Target on the H200 at
 m = 6: fused <= 3.0 us and <= 0.7x the unfused pair.
     python benchmark/kernels/bench_hc_combine_norm_mxfp8.py --json bench_hc_combine_norm_mxfp8.json
+
+``--sweep`` also times the kernel's launch variants (warps per row, hardware bf16 rounding) at
+m = 6 and 64, after checking for each that the fused form equals the unfused pair bit for bit,
+that y is batch-invariant (rows alone and in another order give the same bits) and within one
+bf16 ulp of float64; its records go to the JSON file too.
 """
 
 from __future__ import annotations
@@ -18,16 +23,90 @@ import torch
 
 from dsv41_kernels.check import bit_mismatches
 from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+    DEFAULT_VARIANT,
+    KernelVariant,
+    beyond_one_bf16_ulp,
     example_inputs,
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
 )
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
+from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8 import scale_buffer_size
 from dsv41_kernels.timing import graph_time_us
 
 EPS = 1e-6
+SWEEP_ROWS = (6, 64)
+SWEEP_VARIANTS = [
+    KernelVariant(num_warps, hw_round) for num_warps in (4, 8, 16) for hw_round in (False, True)
+]
+
+
+def preallocated(m: int, h: int, device) -> tuple[torch.Tensor, Mxfp8SwizzledInput]:
+    return torch.empty(m, h, dtype=torch.bfloat16, device=device), Mxfp8SwizzledInput(
+        torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device),
+        torch.empty(scale_buffer_size(m, h, swizzled=True), dtype=torch.uint8, device=device),
+    )
+
+
+def variant_defects(variant: KernelVariant, x, pre, weight) -> list[str]:
+    """What breaks the contract for this variant: fused != unfused (bitwise), y not
+    batch-invariant (each row alone, and the rows reversed), y beyond one bf16 ulp of float64."""
+    defects = []
+    y, quantized = hc_combine_norm_mxfp8(x, pre, weight, EPS, _variant=variant)
+    y_alone = hc_combine_norm(x, pre, weight, EPS, _variant=variant)
+    if bit_mismatches((y, quantized), (y_alone, mxfp8_quantize(y_alone))):
+        defects.append("fused!=unfused")
+    flipped = hc_combine_norm(x.flip(0), pre.flip(0), weight, EPS, _variant=variant).flip(0)
+    single = [
+        hc_combine_norm(x[r : r + 1], pre[r : r + 1], weight, EPS, _variant=variant)
+        for r in range(x.shape[0])
+    ]
+    if bit_mismatches(flipped, y) or bit_mismatches(torch.cat(single), y):
+        defects.append("not batch-invariant")
+    if beyond_one_bf16_ulp(y, reference_hc_combine_norm(x, pre, weight, EPS, dtype=torch.float64)):
+        defects.append(">1 ulp")
+    return defects
+
+
+def sweep(h: int, device) -> list[dict]:
+    records = []
+    for m in SWEEP_ROWS:
+        x, pre, weight = example_inputs(m, h, device, seed=m)
+        y, quantized = preallocated(m, h, device)
+        for variant in SWEEP_VARIANTS:
+            defects = variant_defects(variant, x, pre, weight)
+
+            def combine_norm(v=variant):
+                return hc_combine_norm(x, pre, weight, EPS, out=y, _variant=v)
+
+            def fused(v=variant):
+                return hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, quantized), _variant=v)
+
+            records.append(
+                {
+                    "op": "hc_combine_norm_mxfp8 sweep",
+                    "m": m,
+                    "hidden": h,
+                    "num_warps": variant.num_warps,
+                    "hw_round": variant.hw_round,
+                    "default": variant == DEFAULT_VARIANT,
+                    "combine_norm_us": graph_time_us(combine_norm),
+                    "fused_us": graph_time_us(fused),
+                    "defects": defects,
+                }
+            )
+    print(f"\nsweep (H = {h}; * = the default variant)")
+    print(f"{'m':>4} {'warps':>5} {'hw_round':>8} {'combine+norm us':>16} {'fused us':>9}  checks")
+    for r in records:
+        mark = "*" if r["default"] else " "
+        checks = ", ".join(r["defects"]) or "ok"
+        print(
+            f"{r['m']:>4} {r['num_warps']:>4}{mark} {str(r['hw_round']):>8} "
+            f"{r['combine_norm_us']:>16.2f} {r['fused_us']:>9.2f}  {checks}"
+        )
+    return records
 
 
 def main() -> None:
@@ -35,6 +114,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the records here")
     parser.add_argument("--rows", default="1,6,8,64,128")
     parser.add_argument("--hidden", type=int, default=5120)
+    parser.add_argument("--sweep", action="store_true", help="also time the launch variants")
     args = parser.parse_args()
     device = torch.device("cuda")
     h = args.hidden
@@ -80,6 +160,8 @@ def main() -> None:
             f"{r['m']:>4} {r['hidden']:>5} {r['combine_norm_us']:>16.2f} {r['unfused_us']:>16.2f} "
             f"{r['fused_us']:>9.2f} {r['fused_over_unfused']:>14.2f}"
         )
+    if args.sweep:
+        records += sweep(h, device)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(records, f, indent=2)

@@ -13,6 +13,7 @@ from dsv41_kernels import (
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.check import bit_mismatches
 from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+    KernelVariant,
     beyond_one_bf16_ulp,
     example_inputs,
     unfused,
@@ -141,6 +142,17 @@ def test_fused_equals_unfused_beyond_one_scale_tile():
     assert_bits_equal((y, quantized), (y, reference_quantize(y)))
     assert_bits_equal(y, hc_combine_norm(x, pre, weight, EPS))
     assert beyond_one_bf16_ulp(y, reference(x, pre, weight, EPS, dtype=torch.float64)) == 0
+
+
+@needs_kernel
+def test_launch_variants_keep_fused_equal_to_unfused():
+    """The benchmark's ``--sweep`` variants take the same code path on the interpreter."""
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=4)
+    y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
+    for variant in (KernelVariant(8, True), KernelVariant(16, False)):
+        fused = hc_combine_norm_mxfp8(x, pre, weight, EPS, _variant=variant)
+        assert_bits_equal(fused, unfused(x, pre, weight, EPS, variant))
+        assert beyond_one_bf16_ulp(fused[0], y64) == 0
 
 
 @needs_kernel

@@ -15,11 +15,11 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
 - Reduction order of the kernel's Σx_in² (fp32; each square is exact): the row is two tiles of
   32-value blocks, head ``[HEAD, 32]`` and tail ``[TAIL, 32]`` (128 + 32 blocks for H = 5120,
   64 + 64 for 4096; blocks past H are zeros), each summed by ``tl.sum`` along the 32 values of
-  a block and then across blocks, under a layout fixed by H alone (4 warps, 8 consecutive
-  values per lane); then ``head + tail``. So a row's bits depend only on the row and H, not on
-  ``m`` or the row's position (batch-invariant), and the fused form, whose sum is compiled to
-  the same layout, gives the same y. Every element of y is within one bf16 ulp of the same
-  norm in float64 (away from fp32 overflow of Σx_in²).
+  a block and then across blocks, under a layout fixed by H and the launch shape (by default
+  4 warps, 8 consecutive values per lane); then ``head + tail``. So a row's bits depend only on
+  the row and H, not on ``m`` or the row's position (batch-invariant), and the fused form,
+  whose sum is compiled to the same layout, gives the same y. Every element of y is within one
+  bf16 ulp of the same norm in float64 (away from fp32 overflow of Σx_in²).
 - The torch fallback (and :func:`dsv41_kernels.reference.mhc.hc_combine_norm`) computes Σx_in²
   order-free and rounded once, so it is within one bf16 ulp of float64 too but **not bitwise
   equal** to the kernel; the Triton interpreter's sum order is numpy's, not the GPU's.
@@ -36,6 +36,8 @@ scale tile.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -57,7 +59,19 @@ from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quan
 
 MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
 PAD_ROWS = 32  # scale-padding rows zeroed per extra program
-NUM_WARPS = 4  # fixed: the sum of squares' order follows the tile layout (H = 5120: 40 per lane)
+
+
+class KernelVariant(NamedTuple):
+    """Launch shape of the kernel, an internal knob for benchmarking (``--sweep``). The sum of
+    squares' order follows the tile layout, which ``num_warps`` sets, so y's bits depend on the
+    variant (never on ``m`` or the row's position); ``hc_combine_norm`` and
+    ``hc_combine_norm_mxfp8`` given the same variant give the same y."""
+
+    num_warps: int = 4  # H = 5120: 40 values a lane with 4 warps
+    hw_round: bool = False  # fp32 -> bf16 by cvt.rn.bf16x2.f32 (GPU only; the same bits)
+
+
+DEFAULT_VARIANT = KernelVariant()
 
 
 def _check_inputs(x, pre, weight, eps, *, quantize: bool) -> tuple[int, int]:
@@ -120,10 +134,15 @@ def hc_combine_norm_admission(
 
 
 @triton.jit
-def _bf16_round(v):
-    """fp32 -> the fp32 holding its bf16 rounding (to nearest even; NaN -> 0x7FC0 bits)."""
-    bits = v.to(tl.int32, bitcast=True)
-    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+def _bf16_round(v, HW_ROUND: tl.constexpr):
+    """fp32 -> the fp32 holding its bf16 rounding (to nearest even; NaN -> 0x7FC0 bits).
+    ``HW_ROUND``: the GPU's cvt.rn.bf16x2.f32 (two values an instruction, canonical NaN
+    replaced) instead of the integer rounding, which the interpreter needs."""
+    if HW_ROUND:
+        rounded = v.to(tl.bfloat16).to(tl.float32).to(tl.int32, bitcast=True)
+    else:
+        bits = v.to(tl.int32, bitcast=True)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
     return tl.where(v != v, 0x7FC00000, rounded).to(tl.float32, bitcast=True)
 
 
@@ -141,13 +160,13 @@ def _load_part(x_row, FIRST: tl.constexpr, BLOCKS: tl.constexpr, H: tl.constexpr
 
 
 @triton.jit
-def _combine(s0, s1, s2, s3, p0, p1, p2, p3):
+def _combine(s0, s1, s2, s3, p0, p1, p2, p3, HW_ROUND: tl.constexpr):
     """bf16(((p0·x0 + p1·x1) + p2·x2) + p3·x3), each product and sum rounded (no FMA)."""
     acc = bf16_bits_to_f32(s0) * p0
     acc = acc + bf16_bits_to_f32(s1) * p1
     acc = acc + bf16_bits_to_f32(s2) * p2
     acc = acc + bf16_bits_to_f32(s3) * p3
-    return _bf16_round(acc)
+    return _bf16_round(acc, HW_ROUND)
 
 
 @triton.jit
@@ -172,12 +191,13 @@ def _normalize_store(
     PADDED_COLS: tl.constexpr,
     QUANTIZE: tl.constexpr,
     HW_CVT: tl.constexpr,
+    HW_ROUND: tl.constexpr,
 ):
     """y = bf16((x_in · inv) · w) for one part of the row, stored; with QUANTIZE its e4m3 codes
     and the part's scale bytes (blocks past H/32 hold zeros: scale 0)."""
     inside = h < H
     w = bf16_bits_to_f32(tl.load(w_ptr + h * stride_w, mask=inside, other=0))
-    y = _bf16_round((x_in * inv) * w)
+    y = _bf16_round((x_in * inv) * w, HW_ROUND)
     y = tl.where(inside, y, 0.0)  # lanes past H are padding blocks: scale 0 even if inv is NaN
     tl.store(y_row + h, (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16), mask=inside)
     if QUANTIZE:
@@ -215,6 +235,7 @@ def hc_combine_norm_kernel(
     PAD_ROWS: tl.constexpr,
     PAD_COL_TILE: tl.constexpr,
     HW_CVT: tl.constexpr,
+    HW_ROUND: tl.constexpr,
 ):
     """Program r < rows normalises row r, held in registers as two [blocks, 32] tiles (head and
     tail) so that H = 5120 = 128 + 32 blocks wastes no lanes; later programs zero scale
@@ -231,8 +252,8 @@ def hc_combine_norm_kernel(
         # Every load of the row is issued before the first reduction.
         a0, a1, a2, a3, h_head = _load_part(x_row, 0, HEAD_BLOCKS, H)
         b0, b1, b2, b3, h_tail = _load_part(x_row, HEAD_BLOCKS, TAIL_BLOCKS, H)
-        head = _combine(a0, a1, a2, a3, p0, p1, p2, p3)
-        tail = _combine(b0, b1, b2, b3, p0, p1, p2, p3)
+        head = _combine(a0, a1, a2, a3, p0, p1, p2, p3, HW_ROUND)
+        tail = _combine(b0, b1, b2, b3, p0, p1, p2, p3, HW_ROUND)
         # The fixed reduction order (see the module docstring): head tile, tail tile, their sum.
         ss = _sum_of_squares(head) + _sum_of_squares(tail)
         # IEEE fp32 division and square root (div.rn / sqrt.rn), as in the reference.
@@ -256,6 +277,7 @@ def hc_combine_norm_kernel(
             PADDED_COLS,
             QUANTIZE,
             HW_CVT,
+            HW_ROUND,
         )
         _normalize_store(
             tail,
@@ -272,6 +294,7 @@ def hc_combine_norm_kernel(
             PADDED_COLS,
             QUANTIZE,
             HW_CVT,
+            HW_ROUND,
         )
     elif QUANTIZE:
         first = rows + (pid - rows) * PAD_ROWS
@@ -287,7 +310,15 @@ def _row_tiles(h: int) -> tuple[int, int]:
     return head, triton.next_power_of_2(padded_cols - head)
 
 
-def launch(x, pre, weight, eps: float, y: torch.Tensor, quantized: Mxfp8SwizzledInput | None):
+def launch(
+    x,
+    pre,
+    weight,
+    eps: float,
+    y: torch.Tensor,
+    quantized: Mxfp8SwizzledInput | None,
+    variant: KernelVariant = DEFAULT_VARIANT,
+):
     rows, width = x.shape
     h = width // HC_MULT
     head, tail = _row_tiles(h)
@@ -321,7 +352,8 @@ def launch(x, pre, weight, eps: float, y: torch.Tensor, quantized: Mxfp8Swizzled
         PAD_ROWS=PAD_ROWS,
         PAD_COL_TILE=triton.next_power_of_2(padded_cols),
         HW_CVT=x.is_cuda,
-        num_warps=NUM_WARPS,
+        HW_ROUND=variant.hw_round and x.is_cuda,
+        num_warps=variant.num_warps,
         enable_fp_fusion=False,
     )
 
@@ -333,12 +365,13 @@ def hc_combine_norm(
     eps: float,
     *,
     out: torch.Tensor | None = None,
+    _variant: KernelVariant = DEFAULT_VARIANT,
 ) -> torch.Tensor:
     """Combine the 4 streams of ``x [m, 4*H]`` bf16 with ``pre [m, 4]`` fp32, round to bf16 and
     RMS-normalise with ``weight [H]`` bf16: ``y [m, H]`` bf16 (see the module contract).
 
     ``out`` (bf16 ``[m, H]``) is written in place, keeping the call allocation-free inside
-    CUDA-graph capture.
+    CUDA-graph capture. ``_variant`` (internal): the kernel's launch shape.
     """
     m, h = _check_inputs(x, pre, weight, eps, quantize=False)
     if out is None:
@@ -348,7 +381,7 @@ def hc_combine_norm(
     if m == 0:
         return out
     if hc_combine_norm_admission(x, pre, weight, out=out):
-        launch(x, pre, weight, eps, out, None)
+        launch(x, pre, weight, eps, out, None, _variant)
     else:
         out.copy_(reference_hc_combine_norm(x, pre, weight, eps))
     return out
@@ -361,13 +394,15 @@ def hc_combine_norm_mxfp8(
     eps: float,
     *,
     out: tuple[torch.Tensor, Mxfp8SwizzledInput] | None = None,
+    _variant: KernelVariant = DEFAULT_VARIANT,
 ) -> tuple[torch.Tensor, Mxfp8SwizzledInput]:
     """:func:`hc_combine_norm` and its MXFP8 quantization in one launch (``H % 32 == 0``).
 
     Returns ``(y, Mxfp8SwizzledInput(data, scales))``: y bf16 [m, H], data float8_e4m3fn
     [m, H], scales uint8 ``rup(m, 128) * rup(H/32, 4)`` bytes in the 128x4 layout, bitwise
     equal to ``hc_combine_norm`` then ``mxfp8_quantize``. ``out`` (the same structure) is
-    written in place.
+    written in place. ``_variant`` (internal): the kernel's launch shape; the same variant in
+    ``hc_combine_norm`` gives the same y.
     """
     m, h = _check_inputs(x, pre, weight, eps, quantize=True)
     if out is None:
@@ -386,7 +421,7 @@ def hc_combine_norm_mxfp8(
     if m == 0:
         return y, quantized
     if hc_combine_norm_admission(x, pre, weight, quantize=True, out=(y, quantized)):
-        launch(x, pre, weight, eps, y, quantized)
+        launch(x, pre, weight, eps, y, quantized, _variant)
     else:
         y.copy_(reference_hc_combine_norm(x, pre, weight, eps))
         data, scales = reference_mxfp8_quantize(y, swizzled=True)
@@ -415,9 +450,9 @@ def example_inputs(m: int, h: int, device, *, seed: int, scale: float = 1.0):
     return x.to(device), pre.to(device), weight.to(device)
 
 
-def unfused(x, pre, weight, eps):
+def unfused(x, pre, weight, eps, variant: KernelVariant = DEFAULT_VARIANT):
     """The pair the fused op replaces: :func:`hc_combine_norm` then :func:`mxfp8_quantize`."""
-    y = hc_combine_norm(x, pre, weight, eps)
+    y = hc_combine_norm(x, pre, weight, eps, _variant=variant)
     return y, mxfp8_quantize(y, swizzled=True)
 
 

@@ -12,7 +12,7 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 
 - ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
   per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
-  reduces the slices in a fixed tree, adds the compensation columns, applies the RMS factor,
+  reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
   the gates and the 20-iteration Sinkhorn.
 - ``small_row`` (fewer rows, decode): the same two launches with fp32 FMA products of the raw
   ``fn`` (no split needed), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -66,12 +66,17 @@ _TF32_MASK = -(1 << TF32_DROPPED_BITS)  # 0xFFFFE000 as int32
 _PACKED_COLUMNS = 64  # [hi (24) | 0 (8) | lo (24) | 0 (8)]: one tl.dot N tile
 _LO_COLUMN = 32
 _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
-_MAX_SPLITS = 256  # the finisher reduces all slices of a row in one tile
+_MAX_SPLITS = 256
+_FINISH_TILE = 128
+"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 16 a thread
+at 8 warps, so a step's loads are all in flight at once without spilling."""
+_FINISH_WARPS = 8
 _PREFETCH_STEPS = 4
 """How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
 _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
 _STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
 _MIX = tl.constexpr(HC_MIX)
+_GATE_N = tl.constexpr(_GATE_COLUMNS)
 
 
 def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -280,8 +285,7 @@ def split_k_config(path: str, m: int, k: int, num_sms: int) -> SplitKConfig:
     block_k = 64
     fill = programs // max(1, triton.cdiv(m, block_m))  # slices that fill the machine
     splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-    block_s = max(2, triton.next_power_of_2(splits))
-    finish_rows = max(2, min(16, 256 // block_s, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
     return SplitKConfig(block_m, block_k, splits, warps, 3, finish_rows)
 
 
@@ -391,15 +395,6 @@ def _mix_partials_kernel(
 
 
 @triton.jit
-def _sum_slices(ptrs, mask, COMPENSATED: tl.constexpr, LO_COLUMN: tl.constexpr):
-    """Σ over the slice axis (0) of the projection columns, plus that of the ``lo`` columns."""
-    total = tl.sum(tl.load(ptrs, mask=mask, other=0.0), axis=0)
-    if COMPENSATED:
-        total += tl.sum(tl.load(ptrs + LO_COLUMN, mask=mask, other=0.0), axis=0)
-    return total
-
-
-@triton.jit
 def _div(a, b):
     """IEEE ``a / b`` as torch divides (Triton's fp32 ``/`` may be approximate); ``b`` is
     broadcast to ``a``'s shape (it may be a scalar)."""
@@ -411,7 +406,7 @@ def _sigmoid(z):
     return _div(tl.zeros_like(z) + 1.0, 1.0 + tl.exp(-z))
 
 
-@triton.jit(do_not_specialize=["m"])
+@triton.jit(do_not_specialize=["m", "splits"])
 def _mix_finish_kernel(
     part_ptr,  # fp32 [S, m, PART_N]
     sqsum_ptr,  # fp32 [S, m]
@@ -420,7 +415,7 @@ def _mix_finish_kernel(
     pre_ptr,  # fp32 [m, 4]
     post_ptr,  # fp32 [m, 4]
     comb_ptr,  # fp32 [m, 4, 4]
-    mix_ptr,  # fp32 [m, 24] (WRITE_MIX)
+    mix_ptr,  # fp32 [m, 24]: written here, then read back in the gates' shapes
     m,
     splits,
     k_float,
@@ -433,28 +428,46 @@ def _mix_finish_kernel(
     ITERS: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
-    WRITE_MIX: tl.constexpr,
 ):
     """Per row: reduce the slices, ``mix = g·rsqrt(Σx²/K + rms_eps)``, the gates and Sinkhorn
-    (``specs.md`` C.3; IEEE divisions, as torch)."""
+    (``specs.md`` C.3; IEEE divisions, as torch).
+
+    The slices are summed ``BLOCK_S`` at a time, chunk after chunk: for a given launch shape
+    every row sees the same order wherever it sits. Each (slice, row) is one contiguous run of
+    columns, so the loads are coalesced; the 24 mix values then go through ``mix`` in global
+    memory and come back as ``[R, 4]`` and ``[R, 4, 4]`` tiles (one barrier), which keeps
+    the gates and Sinkhorn on tiny tensors instead of the slice-wide gather tiles."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < m
-    s = tl.arange(0, BLOCK_S)
-    ok = (s < splits)[:, None] & row_ok[None, :]  # [S, R]
-    at = s.to(tl.int64)[:, None] * m + rows[None, :]
-    sqsum = tl.sum(tl.load(sqsum_ptr + at, mask=ok, other=0.0), axis=0)
-    rms = tl.math.rsqrt(_div(sqsum, k_float) + rms_eps)
+    cols = tl.arange(0, _GATE_N)
+    # Chunks of BLOCK_S slices are added elementwise, then the slice axis is summed once: no
+    # reduction (and no barrier) inside the loop, and its loads do not wait on one.
+    sq_acc = tl.zeros((BLOCK_S, BLOCK_R), tl.float32)
+    acc = tl.zeros((BLOCK_S, BLOCK_R, _GATE_N), tl.float32)
+    for first in range(0, splits, BLOCK_S):
+        s = first + tl.arange(0, BLOCK_S)
+        ok = (s < splits)[:, None] & row_ok[None, :]  # [S, R]
+        at = s.to(tl.int64)[:, None] * m + rows[None, :]
+        ptrs = part_ptr + at[:, :, None] * PART_N + cols[None, None, :]  # [S, R, 32]
+        sq = tl.load(sqsum_ptr + at, mask=ok, other=0.0)
+        part = tl.load(ptrs, mask=ok[:, :, None], other=0.0)
+        if COMPENSATED:  # the slice's x·lo next to its x·hi (lo is ~2^-11 of hi)
+            part += tl.load(ptrs + LO_COLUMN, mask=ok[:, :, None], other=0.0)
+        sq_acc += sq
+        acc += part
+    rms = tl.math.rsqrt(_div(tl.sum(sq_acc, axis=0), k_float) + rms_eps)
+    mix = tl.sum(acc, axis=0) * rms[:, None]
+    mix_rows = mix_ptr + rows.to(tl.int64) * _MIX
+    tl.store(mix_rows[:, None] + cols[None, :], mix, mask=row_ok[:, None] & (cols < _MIX)[None, :])
+    tl.debug_barrier()  # the CTA's own global writes are visible to all its threads after it
 
     four = tl.arange(0, 4)
-    slice_rows = part_ptr + at * PART_N
-    gate_ptrs = slice_rows[:, :, None] + four[None, None, :]  # [S, R, 4]
-    gate_ok = ok[:, :, None]
-    mix_pre = _sum_slices(gate_ptrs, gate_ok, COMPENSATED, LO_COLUMN) * rms[:, None]
-    mix_post = _sum_slices(gate_ptrs + _STREAMS, gate_ok, COMPENSATED, LO_COLUMN) * rms[:, None]
     square = 4 * four[:, None] + four[None, :]  # [4, 4]: comb_logit[i][j] = mix[8 + 4i + j]
-    comb_ptrs = slice_rows[:, :, None, None] + 2 * _STREAMS + square[None, None, :, :]
-    comb_ok = ok[:, :, None, None]
-    mix_comb = _sum_slices(comb_ptrs, comb_ok, COMPENSATED, LO_COLUMN) * rms[:, None, None]
+    gate_at = mix_rows[:, None] + four[None, :]
+    mix_pre = tl.load(gate_at, mask=row_ok[:, None], other=0.0)
+    mix_post = tl.load(gate_at + _STREAMS, mask=row_ok[:, None], other=0.0)
+    comb_at = mix_rows[:, None, None] + 2 * _STREAMS + square[None, :, :]
+    mix_comb = tl.load(comb_at, mask=row_ok[:, None, None], other=0.0)
 
     pre = _sigmoid(mix_pre * tl.load(scale_ptr) + tl.load(base_ptr + four)[None, :]) + eps
     post_logit = mix_post * tl.load(scale_ptr + 1) + tl.load(base_ptr + _STREAMS + four)[None, :]
@@ -474,12 +487,6 @@ def _mix_finish_kernel(
     tl.store(post_ptr + gate_out, post, mask=row_ok[:, None])
     comb_out = rows.to(tl.int64)[:, None, None] * (_STREAMS * _STREAMS) + square[None, :, :]
     tl.store(comb_ptr + comb_out, comb, mask=row_ok[:, None, None])
-    if WRITE_MIX:
-        mix_rows = mix_ptr + rows.to(tl.int64) * _MIX
-        tl.store(mix_rows[:, None] + four[None, :], mix_pre, mask=row_ok[:, None])
-        tl.store(mix_rows[:, None] + _STREAMS + four[None, :], mix_post, mask=row_ok[:, None])
-        comb_cols = 2 * _STREAMS + square[None, :, :]
-        tl.store(mix_rows[:, None, None] + comb_cols, mix_comb, mask=row_ok[:, None, None])
 
 
 # --------------------------------------------------------------------------------------------
@@ -494,7 +501,7 @@ def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, r
     pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
-    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device) if return_mix else pre
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
     outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
     if m == 0:
         return outputs
@@ -541,10 +548,9 @@ def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, r
         COMPENSATED=compensated,
         LO_COLUMN=_LO_COLUMN,
         ITERS=iters,
-        BLOCK_S=max(2, triton.next_power_of_2(cfg.splits)),
+        BLOCK_S=min(triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)),
         BLOCK_R=cfg.finish_rows,
-        WRITE_MIX=return_mix,
-        num_warps=4,
+        num_warps=_FINISH_WARPS,
     )
     return outputs
 
@@ -555,8 +561,8 @@ def _check_config(cfg: SplitKConfig) -> None:
         raise ValueError(
             f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
         )
-    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 2)):
-        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2 >= 2")
+    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
+        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")
 
 
 def hc_mix_stats(
