@@ -64,10 +64,14 @@ def row_argmax_admission(logits: torch.Tensor) -> Admission:
 CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
 
 
+CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
+
+
 def uses_cluster_kernel(logits: torch.Tensor) -> bool:
-    """The CUDA cluster kernel needs sm_90+, a CUDA toolchain and 16-byte aligned rows."""
+    """The CUDA cluster kernel: sm_90+, a CUDA toolchain, 16-byte aligned rows, few rows."""
     return (
         logits.is_cuda
+        and logits.shape[0] <= CLUSTER_MAX_ROWS
         and torch.cuda.get_device_capability(logits.device)[0] >= 9
         and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
         and logits.data_ptr() % 16 == 0
