@@ -43,7 +43,8 @@ def accept_greedy_admission(
         cutoff_verify_lens.device != logits.device or not cutoff_verify_lens.is_contiguous()
     ):
         return refuse("cutoff_verify_lens not contiguous on the logits' device")
-    return admit(f"one launch: {rows.reason}")
+    bs, n = candidates.shape
+    return admit(f"one Triton launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
 
 
 def _validate(candidates, logits, cutoff_verify_lens, out):
