@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
     num_blocks[i] = last_block[i] + 1;
     total += num_blocks[i] + p.fixed_overhead;
   }
-  for (int offset = 16; offset > 0; offset /= 2) total += __shfl_xor_sync(0xffffffffu, total, offset);
+  for (int offset = 16; offset > 0; offset /= 2)
+    total += __shfl_xor_sync(0xffffffffu, total, offset);
   __syncwarp();
 
   if (lane == 0) {
@@ -176,7 +177,10 @@ __device__ __forceinline__ int request_at(const int* start, int b, int x) {
   int lo = 0, hi = b - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
-    if (start[mid] <= x) lo = mid; else hi = mid - 1;
+    if (start[mid] <= x)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
@@ -284,9 +288,9 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(Sch
 // What the per-request pass and the walk hand to the next phase (head of shared memory).
 struct alignas(16) InPlaceSummary {
   int warp_total[kWarps];
-  int walked;              // partitions the walk visited; the rest are left over
-  int last_block0;         // last_block[0]: begin_block_idx of every left-over partition
-  int final_end_block;     // end_block_idx of every left-over partition
+  int walked;           // partitions the walk visited; the rest are left over
+  int last_block0;      // last_block[0]: begin_block_idx of every left-over partition
+  int final_end_block;  // end_block_idx of every left-over partition
   int unused;
 };
 
@@ -471,9 +475,9 @@ void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView 
                          TensorView extra_topk_length, TensorView seqlens_k, bool has_topk_length,
                          bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
                          int64_t fixed_overhead, int64_t topk, int64_t extra_topk) {
-  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length,
-                                    seqlens_k, has_topk_length, has_extra_topk_length,
-                                    has_seqlens_k, block_size_n, fixed_overhead, topk, extra_topk);
+  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length, seqlens_k,
+                                    has_topk_length, has_extra_topk_length, has_seqlens_k,
+                                    block_size_n, fixed_overhead, topk, extra_topk);
   const int device_id = metadata.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device_id);
   const cudaStream_t stream = env_stream(device_id);
@@ -495,9 +499,9 @@ void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
                                   bool has_extra_topk_length, bool has_seqlens_k,
                                   int64_t block_size_n, int64_t fixed_overhead, int64_t topk,
                                   int64_t extra_topk) {
-  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length,
-                                    seqlens_k, has_topk_length, has_extra_topk_length,
-                                    has_seqlens_k, block_size_n, fixed_overhead, topk, extra_topk);
+  const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length, seqlens_k,
+                                    has_topk_length, has_extra_topk_length, has_seqlens_k,
+                                    block_size_n, fixed_overhead, topk, extra_topk);
   const int device_id = metadata.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device_id);
   const cudaStream_t stream = env_stream(device_id);
@@ -513,9 +517,9 @@ void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
     }
     if (device_id < 0 || device_id >= static_cast<int>(configured.size()) ||
         configured[device_id] < smem_bytes) {
-      const cudaError_t err = cudaFuncSetAttribute(
-          sched_meta_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem_bytes));
+      const cudaError_t err =
+          cudaFuncSetAttribute(sched_meta_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem_bytes));
       if (err != cudaSuccess) {
         TVM_FFI_THROW(RuntimeError) << "cudaFuncSetAttribute: " << cudaGetErrorString(err);
       }

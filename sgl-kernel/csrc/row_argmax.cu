@@ -26,7 +26,7 @@ namespace {
 namespace cg = cooperative_groups;
 using tvm::ffi::TensorView;
 
-constexpr int kThreads = 256;  // the default launch shape; the sweep export tries others
+constexpr int kThreads = 256;    // the default launch shape; the sweep export tries others
 constexpr int kMaxCluster = 16;  // non-portable cluster size, available on sm_90 and sm_100
 
 // True when (av, ai) comes before (bv, bi) in torch.argmax's order.
@@ -161,7 +161,8 @@ void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t 
   auto kernel = row_argmax_cluster_kernel<T, THREADS, ITEMS>;
   static bool non_portable = false;  // once per process: the attribute is per function
   if (cluster > 8 && !non_portable) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err != cudaSuccess) {
       TVM_FFI_THROW(RuntimeError) << "row_argmax: clusters of " << cluster
                                   << " CTAs unavailable: " << cudaGetErrorString(err);
@@ -181,8 +182,7 @@ void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t 
   config.numAttrs = 1;
   const T* data = reinterpret_cast<const T*>(static_cast<const char*>(logits.data_ptr()) +
                                              logits.byte_offset());
-  int64_t* dst =
-      reinterpret_cast<int64_t*>(static_cast<char*>(out.data_ptr()) + out.byte_offset());
+  int64_t* dst = reinterpret_cast<int64_t*>(static_cast<char*>(out.data_ptr()) + out.byte_offset());
   cudaError_t err = cudaLaunchKernelEx(&config, kernel, data, logits.stride(0), vocab, dst);
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << "row_argmax launch failed: " << cudaGetErrorString(err);
@@ -200,7 +200,6 @@ void launch(const TensorView& logits, const TensorView& out, cudaStream_t stream
   if (vocab <= 16 * per_item) return launch_items<T, kThreads, 16>(logits, out, stream);
   TVM_FFI_THROW(ValueError) << "row_argmax: vocab " << vocab << " > " << 16 * per_item;
 }
-
 
 cudaStream_t checked_stream(const TensorView& logits, const TensorView& out) {
   if (logits.ndim() != 2 || logits.stride(1) != 1) {
