@@ -28,6 +28,8 @@ a stream and safe to capture in a CUDA graph. The accept epilogue
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -62,9 +64,12 @@ def row_argmax_admission(logits: torch.Tensor) -> Admission:
 
 
 CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
-
-
 CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
+
+
+@functools.cache
+def _sm_major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
 
 
 def uses_cluster_kernel(logits: torch.Tensor) -> bool:
@@ -72,7 +77,7 @@ def uses_cluster_kernel(logits: torch.Tensor) -> bool:
     return (
         logits.is_cuda
         and logits.shape[0] <= CLUSTER_MAX_ROWS
-        and torch.cuda.get_device_capability(logits.device)[0] >= 9
+        and _sm_major(logits.device.index) >= 9
         and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
         and logits.data_ptr() % 16 == 0
         and (logits.stride(0) * logits.element_size()) % 16 == 0
