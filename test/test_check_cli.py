@@ -1,0 +1,93 @@
+"""``dsv41-kernels check``: the table, the JSON records, and the exit status."""
+
+import json
+
+import pytest
+import torch
+
+from dsv41_kernels import check as check_module
+from dsv41_kernels import cli
+from dsv41_kernels.admission import admit, refuse
+from dsv41_kernels.check import CheckCase, bit_mismatches, run_case
+
+KEYS = {"op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us"}
+
+
+def test_json_records_for_one_op(capsys):
+    assert cli.main(["check", "--json", "--ops", "row_argmax,accept_greedy"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["op"] for r in records} == {"row_argmax", "accept_greedy"}
+    for r in records:
+        assert set(r) == KEYS
+        assert r["exact"] is True and r["mismatches"] == 0
+        assert r["path"] in ("kernel", "fallback")
+        if not torch.cuda.is_available():
+            assert r["us"] is None and r["baseline_us"] is None
+
+
+def test_table(capsys):
+    assert cli.main(["check", "--ops", "row_argmax"]) == 0
+    out = capsys.readouterr().out
+    assert "dsv41-kernels check on" in out
+    assert out.splitlines()[1].split()[:4] == ["op", "shape", "path", "reason"]
+
+
+def _case(ours, ref, admission=admit("test")):
+    return CheckCase("fake", "[3]", admission, lambda: ours, lambda: ref, bit_mismatches)
+
+
+def test_inexact_case_fails_the_run(monkeypatch, capsys):
+    bad = _case(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.5, 3.0]))
+    monkeypatch.setattr(check_module, "cases", lambda device, small, only=None: [bad])
+    assert cli.main(["check", "--json"]) == 1
+    record = json.loads(capsys.readouterr().out)
+    assert record["exact"] is False and record["mismatches"] == 1
+
+
+def test_a_raising_op_is_reported_not_fatal():
+    def boom():
+        raise ValueError("no")
+
+    case = CheckCase("fake", "[1]", refuse("cpu"), boom, lambda: torch.zeros(1), bit_mismatches)
+    record = run_case(case, timed=False)
+    assert record["exact"] is False and "ValueError: no" in record["reason"]
+    assert record["path"] == "fallback"
+
+
+def test_bit_mismatches_sees_nan_payloads_and_signed_zeros():
+    a = torch.tensor([float("nan"), 0.0, 1.0])
+    b = a.clone()
+    assert bit_mismatches(a, b) == 0
+    b[1] = -0.0
+    assert bit_mismatches(a, b) == 1  # -0 and +0 compare equal, their bits do not
+    b.view(torch.int32)[0] = 0x7FC00001  # another NaN
+    assert bit_mismatches(a, b) == 2
+    assert bit_mismatches((a, a), (a, b)) == 2
+    assert bit_mismatches(a, a[:2]) == 3  # a shape mismatch counts every element
+
+
+def test_every_op_module_registers_cases():
+    small = check_module.cases(torch.device("cpu"), small=True)
+    ops = {c.op for c in small}
+    for expected in (
+        "row_argmax",
+        "accept_greedy",
+        "decoding_sched_meta",
+        "mxfp8_quantize",
+        "hc_combine_norm",
+        "hc_combine_norm_mxfp8",
+        "moe_fused_gate",
+        "hc_mix_stats",
+    ):
+        assert expected in ops
+
+
+def test_jit_says_what_is_missing(monkeypatch):
+    from dsv41_kernels import jit
+
+    monkeypatch.setattr(jit.shutil, "which", lambda name: None)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    jit.load_module.cache_clear()
+    with pytest.raises(RuntimeError, match="nvcc"):
+        jit.load_module("row_argmax")
+    jit.load_module.cache_clear()
