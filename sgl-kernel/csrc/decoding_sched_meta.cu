@@ -185,6 +185,28 @@ __device__ __forceinline__ int request_at(const int* start, int b, int x) {
   return lo;
 }
 
+// The per-request pass of both block kernels (specs A.3), spread over the block: writes each
+// request's end block (0 for an empty dense request, else its block count) and returns the
+// total cost, sum of (blocks + fixed_overhead), to every thread. Ends with a __syncthreads.
+__device__ __forceinline__ int block_request_pass(const SchedParams& p, int* end_block,
+                                                  int* warp_total) {
+  const int tid = threadIdx.x;
+  int partial = 0;
+  for (int i = tid; i < p.batch_size; i += kThreads) {
+    const int tokens = request_tokens(p, i);
+    const int num_blocks = last_block_of(tokens, p.block_size_n) + 1;
+    end_block[i] = tokens == 0 ? 0 : num_blocks;
+    partial += num_blocks + p.fixed_overhead;
+  }
+  partial = __reduce_add_sync(0xffffffffu, partial);
+  if (tid % 32 == 0) warp_total[tid / 32] = partial;
+  __syncthreads();
+  int total = 0;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += warp_total[w];
+  return total;
+}
+
 __global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(SchedParams p) {
   extern __shared__ int4 block_smem[];
   WalkSummary& summary = *reinterpret_cast<WalkSummary*>(block_smem);
@@ -196,21 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(Sch
   const int overhead = p.fixed_overhead;
   const int tid = threadIdx.x;
 
-  // Per-request pass.
-  int partial = 0;
-  for (int i = tid; i < b; i += kThreads) {
-    const int tokens = request_tokens(p, i);
-    const int num_blocks = last_block_of(tokens, p.block_size_n) + 1;
-    end_block[i] = tokens == 0 ? 0 : num_blocks;
-    partial += num_blocks + overhead;
-  }
-  partial = __reduce_add_sync(0xffffffffu, partial);
-  if (tid % 32 == 0) summary.warp_total[tid / 32] = partial;
-  __syncthreads();
-
-  int total = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) total += summary.warp_total[w];
+  const int total = block_request_pass(p, end_block, summary.warp_total);
   const int slots = (total + parts - 1) / parts;  // D = payload - overhead >= 1
   for (int i = tid; i < b; i += kThreads) {
     const int num_blocks = max(end_block[i], 1);
@@ -308,23 +316,10 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
   const int overhead = p.fixed_overhead;
   const int tid = threadIdx.x;
 
-  // Per-request pass, spread over the block.
-  int partial = 0;
-  for (int i = tid; i < b; i += kThreads) {
-    const int tokens = request_tokens(p, i);
-    const int num_blocks = last_block_of(tokens, p.block_size_n) + 1;
-    stage[i] = tokens == 0 ? 0 : num_blocks;
-    partial += num_blocks + overhead;
-  }
-  partial = __reduce_add_sync(0xffffffffu, partial);
-  if (tid % 32 == 0) summary.warp_total[tid / 32] = partial;
-  __syncthreads();
+  const int total = block_request_pass(p, stage, summary.warp_total);
 
   // The walk (specs A.5), one thread. The request being consumed lives in registers.
   if (tid == 0) {
-    int total = 0;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) total += summary.warp_total[w];
     const int payload = (total + parts - 1) / parts + overhead;
     int req = 0, blk = 0, nsplit = 0, cum = 0;
     int end_cur = stage[0];

@@ -43,6 +43,15 @@ __device__ __forceinline__ void take_if_first(float& v, int& i, float ov, int oi
   }
 }
 
+// Every lane of the warp ends with the warp's first winner.
+__device__ __forceinline__ void warp_first(float& v, int& i) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    take_if_first(v, i, __shfl_xor_sync(0xffffffffu, v, offset),
+                  __shfl_xor_sync(0xffffffffu, i, offset));
+  }
+}
+
 template <typename T>
 __device__ __forceinline__ float to_float(T x) {
   return static_cast<float>(x);
@@ -113,11 +122,7 @@ __global__ void __launch_bounds__(THREADS)
       }
     }
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
-                  __shfl_xor_sync(0xffffffffu, best_i, offset));
-  }
+  warp_first(best, best_i);
   if (tid % 32 == 0) {
     warp_v[tid / 32] = best;
     warp_i[tid / 32] = best_i;
@@ -126,11 +131,7 @@ __global__ void __launch_bounds__(THREADS)
   if (tid < 32) {
     best = tid < kWarps ? warp_v[tid] : -INFINITY;
     best_i = tid < kWarps ? warp_i[tid] : vocab;
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) {
-      take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
-                    __shfl_xor_sync(0xffffffffu, best_i, offset));
-    }
+    warp_first(best, best_i);
     if (tid == 0) {
       *cluster.map_shared_rank(&rank_v[rank], 0) = best;
       *cluster.map_shared_rank(&rank_i[rank], 0) = best_i;
@@ -141,11 +142,7 @@ __global__ void __launch_bounds__(THREADS)
   const int ranks = static_cast<int>(cluster.num_blocks());
   best = tid < ranks ? rank_v[tid] : -INFINITY;
   best_i = tid < ranks ? rank_i[tid] : vocab;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    take_if_first(best, best_i, __shfl_xor_sync(0xffffffffu, best, offset),
-                  __shfl_xor_sync(0xffffffffu, best_i, offset));
-  }
+  warp_first(best, best_i);
   if (tid == 0) out[row] = best_i;
 }
 

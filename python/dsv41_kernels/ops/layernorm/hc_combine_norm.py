@@ -15,8 +15,8 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
 - Reduction order of the kernel's Σx_in² (fp32; each square is exact): the row is two tiles of
   32-value blocks, head ``[HEAD, 32]`` and tail ``[TAIL, 32]`` (128 + 32 blocks for H = 5120,
   64 + 64 for 4096; blocks past H are zeros), each summed by ``tl.sum`` along the 32 values of
-  a block and then across blocks, under a layout fixed by H and the launch shape (by default
-  4 warps, 8 consecutive values per lane); then ``head + tail``. So a row's bits depend only on
+  a block and then across blocks, under a layout fixed by H and the launch shape
+  (:data:`DEFAULT_VARIANT`: 8 warps); then ``head + tail``. So a row's bits depend only on
   the row and H, not on ``m`` or the row's position (batch-invariant), and the fused form,
   whose sum is compiled to the same layout, gives the same y. Every element of y is within one
   bf16 ulp of the same norm in float64 (away from fp32 overflow of Σx_in²).
