@@ -53,7 +53,7 @@ VARIANTS = {  # column name -> mode of hc_mix_stats (None: the torch composition
     "batch_inv": "batch_invariant",
 }
 TARGETS = {("compensated", 4096): 100.0, ("small_row", 6): 8.0}
-SWEEP_ROWS = (6, 1024, 4096)  # --sweep: decode, and the two prefill sizes that matter most
+SWEEP_ROWS = (6, 64, 1024, 4096)  # --sweep: decode, and the prefill sizes that matter most
 
 
 def torch_fp32(x, fn, scale, base):
@@ -112,19 +112,9 @@ def sweep_configs(m: int, k: int):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if m <= 64:
         base = split_k_config("small_row", m, k, sms)
-        for block_k in (32, 64, 128):
-            for splits in (32, 64, 128, 256):
-                for warps in (2, 4):
-                    yield (
-                        "small_row",
-                        dataclasses.replace(
-                            base,
-                            block_k=block_k,
-                            splits=min(splits, k // block_k),
-                            num_warps=warps,
-                            finish_rows=max(2, min(base.finish_rows, 256 // splits)),
-                        ),
-                    )
+        for splits in (16, 32, 64, 128, 256):
+            for warps in (4, 8):
+                yield "small_row", dataclasses.replace(base, splits=splits, num_warps=warps)
         return
     base = split_k_config("compensated", m, k, sms)
     for block_m, warps in ((64, 4), (128, 4), (128, 8)):

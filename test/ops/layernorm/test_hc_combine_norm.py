@@ -184,6 +184,25 @@ def test_every_scale_byte_written_and_out_used():
     assert_bits_equal(y2, y)
 
 
+def _unaligned_quantized_out(m, h, device):
+    """e4m3 data and scales that start one byte into their buffers (scales pre-filled 0xAB)."""
+    data = torch.zeros(m * h + 1, dtype=torch.float8_e4m3fn, device=device)[1:].view(m, h)
+    size = scale_buffer_size(m, h, swizzled=True)
+    scales = torch.full((size + 1,), 0xAB, dtype=torch.uint8, device=device)[1:]
+    return Mxfp8SwizzledInput(data, scales)
+
+
+@needs_kernel
+def test_unaligned_quantized_out_is_filled_by_the_quantizer_with_the_same_bits():
+    m, h = 5, 96
+    x, pre, weight = example_inputs(m, h, "cpu", seed=8)
+    quantized = _unaligned_quantized_out(m, h, "cpu")
+    y = torch.empty(m, h, dtype=torch.bfloat16)
+    assert hc_combine_norm_admission(x, pre, weight, quantize=True, out=(y, quantized))
+    got = hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, quantized))
+    assert_bits_equal(got, unfused(x, pre, weight, EPS))
+
+
 @needs_kernel
 def test_rows_are_batch_invariant():
     x, pre, weight = example_inputs(7, 64, "cpu", seed=5)
@@ -314,6 +333,35 @@ def test_gpu_fused_equals_unfused_and_reference():
                         assert beyond_one_bf16_ulp(y, y64) == 0
                     cases += 1
     assert cases >= 200
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one():
+    from dsv41_kernels.jit import toolchain_available
+    from dsv41_kernels.ops.layernorm.hc_combine_norm import DEFAULT_VARIANT, uses_cuda_kernel
+
+    if not (toolchain_available() and torch.cuda.get_device_capability()[0] >= 9):
+        pytest.skip("the CUDA cluster kernel needs sm_90+ and a CUDA toolchain")
+    for m, h in ((1, 5120), (6, 5120), (300, 4096), (130, 1024 + 32)):
+        x, pre, weight = _gpu_case(m, h, 1.0, seed=31 * m + h)
+        assert "cuda cluster" in hc_combine_norm_admission(x, pre, weight, quantize=True).reason
+        cuda_y = hc_combine_norm(x, pre, weight, EPS)
+        triton_y = hc_combine_norm(x, pre, weight, EPS, _variant=DEFAULT_VARIANT)
+        y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
+        assert beyond_one_bf16_ulp(cuda_y, y64) == 0
+        assert beyond_one_bf16_ulp(triton_y, y64) == 0
+        # Outputs the epilogue cannot write: the CUDA combine, then the quantizer, same bits.
+        quantized = _unaligned_quantized_out(m, h, "cuda")
+        y = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
+        got = hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, quantized))
+        assert_bits_equal(got, (cuda_y, mxfp8_quantize(cuda_y)))
+        # A misaligned y: both ops take the Triton kernel.
+        odd_y = torch.empty(m * h + 1, dtype=torch.bfloat16, device="cuda")[1:].view(m, h)
+        assert not uses_cuda_kernel(x, weight, odd_y)
+        assert_bits_equal(hc_combine_norm(x, pre, weight, EPS, out=odd_y), triton_y)
+        quantized = Mxfp8SwizzledInput(*mxfp8_quantize(cuda_y))
+        got = hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(odd_y, quantized))
+        assert_bits_equal(got, (triton_y, mxfp8_quantize(triton_y)))
 
 
 @pytest.mark.gpu

@@ -3,7 +3,9 @@ import torch
 
 from dsv41_kernels import HcDerivedWeights, hc_mix_stats, hc_mix_stats_admission, split_tf32
 from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.ops.mhc import hc_mix_stats as hc_mix_stats_module
 from dsv41_kernels.ops.mhc.hc_mix_stats import (
+    CUDA_ROWS_PER_CTA,
     MIX_RTOL,
     DerivedWeightsActiveError,
     example_inputs,
@@ -371,6 +373,38 @@ def test_gpu_other_shapes(m, hidden):
     ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, return_mix=True)
     assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
     assert stats_mismatches(ours, ref, scale) == 0
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_projection_agrees_with_the_triton_projection(monkeypatch):
+    from dsv41_kernels.jit import load_module, toolchain_available
+
+    if not toolchain_available():
+        pytest.skip("no CUDA toolchain: the compensated paths run the Triton projection")
+    assert load_module("hc_mix_partials").hc_mix_partials_rows_per_cta() == CUDA_ROWS_PER_CTA
+    for m in (1, 128, 300, 4096):
+        x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=200 + m)
+        holder = HcDerivedWeights(fn)
+        ref = reference_with_mix(x, fn, scale, base)
+        assert "CUDA mma.sync projection" in hc_mix_stats_admission(x, holder, "compensated").reason
+        results = []
+        for cuda in (True, False):
+            monkeypatch.setattr(hc_mix_stats_module, "uses_cuda_projection", lambda x2d, c=cuda: c)
+            ours = hc_mix_stats(x, holder, scale, base, mode="compensated", return_mix=True)
+            assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
+            assert stats_mismatches(ours, ref, scale) == 0
+            results.append(ours[3])
+        assert mix_relative_error(results[0], results[1].double()) <= 2 * MIX_RTOL
+        monkeypatch.undo()
+    # A row stride that keeps 16-byte alignment takes the CUDA kernel; a misaligned view does not.
+    wide = example_inputs(64, 5120 + 4, device="cuda", seed=7)[0]
+    _, fn, scale, base = example_inputs(64, 5120, device="cuda", seed=8)
+    for view, cuda in ((wide[:, : 4 * 5120], True), (wide[:, 1 : 4 * 5120 + 1], False)):
+        assert hc_mix_stats_module.uses_cuda_projection(view) is cuda
+        ref = reference_with_mix(view, fn, scale, base)
+        holder = HcDerivedWeights(fn)
+        ours = hc_mix_stats(view, holder, scale, base, mode="compensated", return_mix=True)
+        assert stats_mismatches(ours, ref, scale) == 0
 
 
 @pytest.mark.gpu

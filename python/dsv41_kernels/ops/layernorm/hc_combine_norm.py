@@ -12,14 +12,25 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   fused multiply-adds (each product and sum rounded), then ``y = bf16((x_in · inv) · weight)``
   with ``inv = 1/sqrt(Σx_in²/H + eps)``: fp32 throughout, the division ``ss/H``, the square
   root and ``1/sqrt`` each one IEEE fp32 rounding (``div.rn``/``sqrt.rn``, not rsqrt).
-- Reduction order of the kernel's Σx_in² (fp32; each square is exact): the row is two tiles of
-  32-value blocks, head ``[HEAD, 32]`` and tail ``[TAIL, 32]`` (128 + 32 blocks for H = 5120,
-  64 + 64 for 4096; blocks past H are zeros), each summed by ``tl.sum`` along the 32 values of
-  a block and then across blocks, under a layout fixed by H and the launch shape
-  (:data:`DEFAULT_VARIANT`: 8 warps); then ``head + tail``. So a row's bits depend only on
-  the row and H, not on ``m`` or the row's position (batch-invariant), and the fused form,
-  whose sum is compiled to the same layout, gives the same y. Every element of y is within one
-  bf16 ulp of the same norm in float64 (away from fp32 overflow of Σx_in²).
+- Two kernels, each with a fixed order for Σx_in² (fp32; each square is exact), so a row's
+  bits depend only on the row, H and the kernel, never on ``m`` or the row's position
+  (batch-invariant), and ``hc_combine_norm`` and the fused form, which always take the same
+  kernel for the same shapes, give the same y:
+
+  - on sm_90+ (with a CUDA toolchain and aligned rows, :func:`uses_cuda_kernel`) the CUDA
+    kernel ``sgl-kernel/csrc/hc_combine_norm.cu``: a row is split over a thread-block cluster
+    of C CTAs (C = 4 for H = 5120 and 4096), each holding H/C columns, and the sum is per
+    thread in column order, a butterfly over each warp, then the warp sums of the whole
+    cluster (exchanged through distributed shared memory) by a fixed butterfly, identical
+    in every CTA (the order is spelled out in the source's header);
+  - elsewhere (and under the interpreter) the Triton kernel below: the row is two tiles of
+    32-value blocks, head ``[HEAD, 32]`` and tail ``[TAIL, 32]`` (128 + 32 blocks for H =
+    5120, 64 + 64 for 4096; blocks past H are zeros), each summed by ``tl.sum`` along the 32
+    values of a block and then across blocks, under a layout fixed by H and the launch shape
+    (:data:`DEFAULT_VARIANT`: 8 warps); then ``head + tail``.
+
+  The two orders differ, so the kernels' y may differ by one bf16 ulp; each is within one bf16
+  ulp of the same norm in float64 (away from fp32 overflow of Σx_in²).
 - The torch fallback (and :func:`dsv41_kernels.reference.mhc.hc_combine_norm`) computes Σx_in²
   order-free and rounded once, so it is within one bf16 ulp of float64 too but **not bitwise
   equal** to the kernel; the Triton interpreter's sum order is numpy's, not the GPU's.
@@ -29,14 +40,18 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   to the 128-row tile and padding columns 0, for any ``m`` (on the kernel path both forms run
   the kernel; with the fallback, both the reference).
 
-One program per row holds the whole row in registers (40 values a lane for H = 5120), issues
-all its loads, makes one reduction (Σx_in²) across warps and the MXFP8 block maxima within
-warps (a 32-value block spans 4 lanes); a few extra programs zero the padding rows of the last
-scale tile.
+Why two kernels: at decode sizes one CTA per row is bound by instruction issue (~1300
+instructions a thread in the fused Triton kernel); the cluster spreads a row over 4 SMs, which
+takes the fused op at m = 6 from ~3.0 to ~2.5 µs on the H200 (docs/performance.md). The Triton
+kernel stays for other GPUs and the interpreter: one program per row holds the whole row in
+registers (20 values a lane for H = 5120), issues all its loads, the weight's included, makes
+one reduction (Σx_in²) across warps and the MXFP8 block maxima within warps (a 32-value block
+spans 4 lanes); a few extra programs zero the padding rows of the last scale tile.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import torch
@@ -44,13 +59,16 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
+from dsv41_kernels.jit import load_module, toolchain_available
 from dsv41_kernels.ops.quantization.mxfp8_quantize import (
     Mxfp8SwizzledInput,
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
     mxfp8_quantize,
+    padding_programs,
+    quantize_into,
     swizzled_scale_offset,
-    zero_padding_scale_rows,
+    zero_padding_scale_words,
 )
 from dsv41_kernels.reference.mhc import HC_MULT
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
@@ -58,7 +76,6 @@ from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
 
 MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
-PAD_ROWS = 32  # scale-padding rows zeroed per extra program
 
 
 class KernelVariant(NamedTuple):
@@ -110,9 +127,11 @@ def _check_out(name: str, t, shape, dtype, device) -> None:
 def hc_combine_norm_admission(
     x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor, *, quantize: bool = False, out=None
 ) -> Admission:
-    """Whether the Triton kernel may run (``quantize``: the fused MXFP8 form); pure: shapes,
-    dtypes, strides and the device, never values. ``out`` is the caller's output (y, or
-    ``(y, Mxfp8SwizzledInput)`` with ``quantize``), whose strides matter too."""
+    """Whether a kernel may run, and which (``quantize``: the fused MXFP8 form); pure: shapes,
+    dtypes, strides, alignment and the device, never values. ``out`` is the caller's output
+    (y, or ``(y, Mxfp8SwizzledInput)`` with ``quantize``), whose y strides matter too; e4m3
+    data or scales that the epilogue cannot write in place (strided, unaligned) are filled by
+    the quantizer after the kernel, so the bits stay those of the unfused pair."""
     _, h = _check_inputs(x, pre, weight, 0.0, quantize=quantize)
     where = triton_device(x)
     if not where:
@@ -123,16 +142,59 @@ def hc_combine_norm_admission(
         return refuse(f"H = {h}: a row does not fit one program's registers")
     if x.stride(1) != 1:
         return refuse("x's last-dim stride != 1")
-    if out is not None:
-        y, quantized = out if quantize else (out, None)
-        if y.stride(1) != 1:
-            return refuse("out y's last-dim stride != 1")
-        if quantized is not None and (
-            quantized.data.stride(1) != 1 or not quantized.scales.is_contiguous()
-        ):
-            return refuse("out data's last-dim stride != 1 or scales not contiguous")
+    y = out[0] if quantize and out is not None else out
+    if y is not None and y.stride(1) != 1:
+        return refuse("out y's last-dim stride != 1")
     form = "combine+norm+mxfp8" if quantize else "combine+norm"
-    return admit(f"{where.reason}, {form}, H = {h}")
+    kernel = "cuda cluster" if uses_cuda_kernel(x, weight, y) else "triton"
+    return admit(f"{where.reason}, {kernel}, {form}, H = {h}")
+
+
+CUDA_MAX_CTA_COLUMNS = 10240
+"""Columns one CTA of the CUDA kernel holds (5 vectors of 8 a thread, 256 threads)."""
+
+
+@functools.cache
+def _sm_major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
+
+
+def _cuda_cluster(h: int) -> int:
+    """CTAs per row of the CUDA kernel: the largest of 4, 2, 1 giving each whole 32-value
+    blocks (as ``hc_combine_norm_cuda`` picks it)."""
+    return next(c for c in (4, 2, 1) if h % (SF_VEC_SIZE * c) == 0)
+
+
+def uses_cuda_kernel(x, weight, y=None) -> bool:
+    """The CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) instead of the Triton
+    one, for both ops alike: sm_90+ (thread-block clusters), a CUDA toolchain, 16-byte aligned
+    rows of x and of y (the caller's ``out``, if any) and a contiguous 16-byte aligned weight.
+    Pure: shapes, strides, alignment and the device."""
+    h = x.shape[1] // HC_MULT
+    aligned = lambda t: t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and t.stride(0) * 2 % 16 == 0
+    return (
+        x.is_cuda
+        and h % SF_VEC_SIZE == 0
+        and h // _cuda_cluster(h) <= CUDA_MAX_CTA_COLUMNS
+        and x.shape[0] < 2**24
+        and aligned(x)
+        and (y is None or aligned(y))
+        and weight.is_contiguous()
+        and weight.data_ptr() % 16 == 0
+        and _sm_major(x.device.index or 0) >= 9
+        and toolchain_available()
+    )
+
+
+def _epilogue_writes(quantized: Mxfp8SwizzledInput, cuda: bool) -> bool:
+    """Whether the kernel's MXFP8 epilogue can write these outputs in place: contiguous,
+    4-byte aligned scales (padding is written as words) and unit-stride data rows, 8-byte
+    aligned for the CUDA kernel. Otherwise the combine runs alone, then the quantizer."""
+    data, scales = quantized.data, quantized.scales
+    rows_ok = data.stride(1) == 1 and (
+        not cuda or (data.data_ptr() % 8 == 0 and data.stride(0) % 8 == 0)
+    )
+    return rows_ok and scales.is_contiguous() and scales.data_ptr() % 4 == 0
 
 
 @triton.jit
@@ -182,8 +244,7 @@ def _normalize_store(
     x_in,
     h,
     inv,
-    w_ptr,
-    stride_w,
+    w,
     y_row,
     q_row,
     sf_row_ptr,
@@ -195,11 +256,10 @@ def _normalize_store(
     HW_CVT: tl.constexpr,
     HW_ROUND: tl.constexpr,
 ):
-    """y = bf16((x_in · inv) · w) for one part of the row, stored; with QUANTIZE its e4m3 codes
-    and the part's scale bytes (blocks past H/32 hold zeros: scale 0)."""
+    """y = bf16((x_in · inv) · w) for one part of the row (``w`` the weight's bf16 bits), stored;
+    with QUANTIZE its e4m3 codes and the part's scale bytes (blocks past H/32 hold zeros)."""
     inside = h < H
-    w = bf16_bits_to_f32(tl.load(w_ptr + h * stride_w, mask=inside, other=0))
-    y = _bf16_round((x_in * inv) * w, HW_ROUND)
+    y = _bf16_round((x_in * inv) * bf16_bits_to_f32(w), HW_ROUND)
     y = tl.where(inside, y, 0.0)  # lanes past H are padding blocks: scale 0 even if inv is NaN
     tl.store(y_row + h, (y.to(tl.int32, bitcast=True) >> 16).to(tl.int16), mask=inside)
     if QUANTIZE:
@@ -234,8 +294,6 @@ def hc_combine_norm_kernel(
     TAIL_BLOCKS: tl.constexpr,  # blocks in its second tile (power of two, <= HEAD_BLOCKS)
     PADDED_COLS: tl.constexpr,  # scale columns of the swizzled buffer, rup(H/32, 4)
     QUANTIZE: tl.constexpr,
-    PAD_ROWS: tl.constexpr,
-    PAD_COL_TILE: tl.constexpr,
     HW_CVT: tl.constexpr,
     HW_ROUND: tl.constexpr,
 ):
@@ -251,9 +309,12 @@ def hc_combine_norm_kernel(
         p1 = tl.load(pre_row + stride_pc)
         p2 = tl.load(pre_row + 2 * stride_pc)
         p3 = tl.load(pre_row + 3 * stride_pc)
-        # Every load of the row is issued before the first reduction.
+        # Every load, the weight's too, is issued before the reduction: after it (a barrier)
+        # a load would add a memory round trip to the row's critical path.
         a0, a1, a2, a3, h_head = _load_part(x_row, 0, HEAD_BLOCKS, H)
         b0, b1, b2, b3, h_tail = _load_part(x_row, HEAD_BLOCKS, TAIL_BLOCKS, H)
+        w_head = tl.load(w_ptr + h_head * stride_w, mask=h_head < H, other=0)
+        w_tail = tl.load(w_ptr + h_tail * stride_w, mask=h_tail < H, other=0)
         head = _combine(a0, a1, a2, a3, p0, p1, p2, p3, HW_ROUND)
         tail = _combine(b0, b1, b2, b3, p0, p1, p2, p3, HW_ROUND)
         # The fixed reduction order (see the module docstring): head tile, tail tile, their sum.
@@ -268,8 +329,7 @@ def hc_combine_norm_kernel(
             head,
             h_head,
             inv,
-            w_ptr,
-            stride_w,
+            w_head,
             y_row,
             q_row,
             sf_ptr,
@@ -285,8 +345,7 @@ def hc_combine_norm_kernel(
             tail,
             h_tail,
             inv,
-            w_ptr,
-            stride_w,
+            w_tail,
             y_row,
             q_row,
             sf_ptr,
@@ -299,8 +358,7 @@ def hc_combine_norm_kernel(
             HW_ROUND,
         )
     elif QUANTIZE:
-        first = rows + (pid - rows) * PAD_ROWS
-        zero_padding_scale_rows(sf_ptr, first, rows, PADDED_COLS, PAD_ROWS, PAD_COL_TILE)
+        zero_padding_scale_words(sf_ptr, pid - rows, rows, PADDED_COLS)
 
 
 def _row_tiles(h: int) -> tuple[int, int]:
@@ -327,7 +385,7 @@ def launch(
     padded_cols = -(-(h // SF_VEC_SIZE) // 4) * 4
     grid = rows
     if quantized is not None:
-        grid += triton.cdiv(triton.cdiv(rows, 128) * 128 - rows, PAD_ROWS)
+        grid += padding_programs(rows, padded_cols)
         q, scales = quantized.data.view(torch.uint8), quantized.scales
     else:
         q, scales = y.view(torch.uint8), y.view(torch.uint8)  # unused
@@ -351,13 +409,27 @@ def launch(
         TAIL_BLOCKS=tail,
         PADDED_COLS=padded_cols,
         QUANTIZE=quantized is not None,
-        PAD_ROWS=PAD_ROWS,
-        PAD_COL_TILE=triton.next_power_of_2(padded_cols),
         HW_CVT=x.is_cuda,
         HW_ROUND=variant.hw_round and x.is_cuda,
         num_warps=variant.num_warps,
         enable_fp_fusion=False,
     )
+
+
+def _launch_kernel(x, pre, weight, eps, y, quantized, variant: KernelVariant | None) -> None:
+    """The CUDA cluster kernel where :func:`uses_cuda_kernel` admits it (and no Triton variant
+    is asked for), else the Triton kernel. The choice depends on x, weight and y only, so
+    both ops take the same kernel and give the same y."""
+    cuda = variant is None and uses_cuda_kernel(x, weight, y)
+    fused = quantized is not None and _epilogue_writes(quantized, cuda)
+    if cuda:
+        data, scales = (quantized.data.view(torch.uint8), quantized.scales) if fused else (y, y)
+        module = load_module("hc_combine_norm", x.device.index or 0)
+        module.hc_combine_norm_cuda(x, pre, weight, y, data, scales, eps, fused)
+    else:
+        launch(x, pre, weight, eps, y, quantized if fused else None, variant or DEFAULT_VARIANT)
+    if quantized is not None and not fused:
+        quantize_into(y, quantized.data, quantized.scales, swizzled=True)
 
 
 def hc_combine_norm(
@@ -367,13 +439,14 @@ def hc_combine_norm(
     eps: float,
     *,
     out: torch.Tensor | None = None,
-    _variant: KernelVariant = DEFAULT_VARIANT,
+    _variant: KernelVariant | None = None,
 ) -> torch.Tensor:
     """Combine the 4 streams of ``x [m, 4*H]`` bf16 with ``pre [m, 4]`` fp32, round to bf16 and
     RMS-normalise with ``weight [H]`` bf16: ``y [m, H]`` bf16 (see the module contract).
 
     ``out`` (bf16 ``[m, H]``) is written in place, keeping the call allocation-free inside
-    CUDA-graph capture. ``_variant`` (internal): the kernel's launch shape.
+    CUDA-graph capture. ``_variant`` (internal): the Triton kernel with this launch shape,
+    even where the CUDA kernel would run.
     """
     m, h = _check_inputs(x, pre, weight, eps, quantize=False)
     if out is None:
@@ -383,7 +456,7 @@ def hc_combine_norm(
     if m == 0:
         return out
     if hc_combine_norm_admission(x, pre, weight, out=out):
-        launch(x, pre, weight, eps, out, None, _variant)
+        _launch_kernel(x, pre, weight, eps, out, None, _variant)
     else:
         out.copy_(reference_hc_combine_norm(x, pre, weight, eps))
     return out
@@ -396,15 +469,15 @@ def hc_combine_norm_mxfp8(
     eps: float,
     *,
     out: tuple[torch.Tensor, Mxfp8SwizzledInput] | None = None,
-    _variant: KernelVariant = DEFAULT_VARIANT,
+    _variant: KernelVariant | None = None,
 ) -> tuple[torch.Tensor, Mxfp8SwizzledInput]:
     """:func:`hc_combine_norm` and its MXFP8 quantization in one launch (``H % 32 == 0``).
 
     Returns ``(y, Mxfp8SwizzledInput(data, scales))``: y bf16 [m, H], data float8_e4m3fn
     [m, H], scales uint8 ``rup(m, 128) * rup(H/32, 4)`` bytes in the 128x4 layout, bitwise
     equal to ``hc_combine_norm`` then ``mxfp8_quantize``. ``out`` (the same structure) is
-    written in place. ``_variant`` (internal): the kernel's launch shape; the same variant in
-    ``hc_combine_norm`` gives the same y.
+    written in place. ``_variant`` (internal): the Triton kernel with this launch shape; the
+    same variant in ``hc_combine_norm`` gives the same y.
     """
     m, h = _check_inputs(x, pre, weight, eps, quantize=True)
     if out is None:
@@ -423,7 +496,7 @@ def hc_combine_norm_mxfp8(
     if m == 0:
         return y, quantized
     if hc_combine_norm_admission(x, pre, weight, quantize=True, out=(y, quantized)):
-        launch(x, pre, weight, eps, y, quantized, _variant)
+        _launch_kernel(x, pre, weight, eps, y, quantized, _variant)
     else:
         y.copy_(reference_hc_combine_norm(x, pre, weight, eps))
         data, scales = reference_mxfp8_quantize(y, swizzled=True)

@@ -13,9 +13,13 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 - ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
   per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
   reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
-  the gates and the 20-iteration Sinkhorn.
-- ``small_row`` (fewer rows, decode): the same two launches with fp32 FMA products of the raw
-  ``fn`` (no split needed), K cut into up to 128 slices so a handful of rows fills the machine.
+  the gates and the 20-iteration Sinkhorn. On sm_80+ with a CUDA toolchain the projection is
+  the CUDA kernel ``sgl-kernel/csrc/hc_mix_partials.cu`` (cp.async pipeline into shared
+  memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s where the Triton
+  projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2); elsewhere Triton.
+- ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
+  hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
+  is zero), K cut into up to 128 slices so a handful of rows fills the machine.
 - ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
   count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch.
 - ``single_pass_tf32`` (asked for; never chosen): upstream's uncompensated numerics, kept to
@@ -51,6 +55,7 @@ from dsv41_kernels.admission import (
     triton_interpreter,
 )
 from dsv41_kernels.check import CheckCase
+from dsv41_kernels.jit import load_module, toolchain_available
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
 from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
 
@@ -250,9 +255,37 @@ def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admi
     if x.dtype != torch.bfloat16:
         return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
     path, why = _path(x.shape[0], mode)
-    if path in ("compensated", "batch_invariant") and not isinstance(weights, HcDerivedWeights):
-        why += ", fn split on every call (pass HcDerivedWeights)"
+    if path in ("compensated", "batch_invariant"):
+        if uses_cuda_projection(x.flatten(1)):
+            why += ", CUDA mma.sync projection"
+        if not isinstance(weights, HcDerivedWeights):
+            why += ", fn split on every call (pass HcDerivedWeights)"
     return admit(f"{path}: {why} ({where.reason})")
+
+
+CUDA_ROWS_PER_CTA = 128
+"""Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_partials.cu``)."""
+
+
+@functools.cache
+def _sm_major(device_index: int) -> int:
+    return torch.cuda.get_device_capability(device_index)[0]
+
+
+def uses_cuda_projection(x2d: torch.Tensor) -> bool:
+    """The compensated paths' projection runs the CUDA kernel (cp.async pipeline, TF32
+    mma.sync) instead of the Triton one: sm_80+, a CUDA toolchain, ``K % 64 == 0`` and
+    16-byte aligned rows of stride 1. Pure: shapes, strides, alignment and the device."""
+    return (
+        x2d.is_cuda
+        and x2d.dtype == torch.bfloat16
+        and x2d.shape[1] % 64 == 0
+        and x2d.stride(1) == 1
+        and x2d.data_ptr() % 16 == 0
+        and (x2d.stride(0) * 2) % 16 == 0
+        and _sm_major(x2d.device.index or 0) >= 8
+        and toolchain_available()
+    )
 
 
 @dataclass(frozen=True)
@@ -267,26 +300,37 @@ class SplitKConfig:
     finish_rows: int  # rows per finisher program
 
 
-def split_k_config(path: str, m: int, k: int, num_sms: int) -> SplitKConfig:
+def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = False) -> SplitKConfig:
     """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
+
+    ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
+    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 4096 rows -> 32 tiles x
+    8 slices; 16384 -> 128 x 2); only ``splits`` and ``finish_rows`` apply to it.
 
     The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
     copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
     ``compensated`` 4096 rows -> 64 tiles x 2 slices; 1024 -> 16 x 8; 128 -> 2 x 66;
-    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of ~160. Slice length no longer bounds
+    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of 160. Slice length no longer bounds
     the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
     """
     if path == "batch_invariant":
         return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
-    if path == "small_row":  # fp32 FMA products: small tiles, two programs per SM
-        block_m, warps, programs = min(max(triton.next_power_of_2(m), 16), 64), 4, 2 * num_sms
-    else:
-        block_m, warps, programs = 64, 8, num_sms
+    if cuda and path == "compensated":
+        fill = 2 * num_sms // max(1, triton.cdiv(m, CUDA_ROWS_PER_CTA))
+        splits = max(1, min(fill, 128, k // 64))
+        finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+        return SplitKConfig(CUDA_ROWS_PER_CTA, 64, splits, 8, 4, finish_rows)
     block_k = 64
-    fill = programs // max(1, triton.cdiv(m, block_m))  # slices that fill the machine
+    if path == "small_row":  # small tiles, two programs per SM
+        block_m = min(max(triton.next_power_of_2(m), 16), 64)
+        fill = 2 * num_sms // max(1, triton.cdiv(m, block_m))
+        splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
+        finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+        return SplitKConfig(block_m, block_k, splits, 4, 3, finish_rows)
+    fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
     splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
     finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
-    return SplitKConfig(block_m, block_k, splits, warps, 3, finish_rows)
+    return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
 
 
 @functools.cache
@@ -430,7 +474,7 @@ def _mix_finish_kernel(
     BLOCK_R: tl.constexpr,
 ):
     """Per row: reduce the slices, ``mix = g·rsqrt(Σx²/K + rms_eps)``, the gates and Sinkhorn
-    (``specs.md`` C.3; IEEE divisions, as torch).
+    (``specs.md`` C.3; IEEE divisions except in Sinkhorn, see below).
 
     The slices are summed ``BLOCK_S`` at a time, chunk after chunk: for a given launch shape
     every row sees the same order wherever it sits. Each (slice, row) is one contiguous run of
@@ -474,13 +518,15 @@ def _mix_finish_kernel(
     post = _sigmoid(post_logit) * post_mult
     logits = mix_comb * tl.load(scale_ptr + 2) + tl.load(base_ptr + 2 * _STREAMS + square)[None]
 
-    # Sinkhorn: row softmax + eps, a column step, then ITERS - 1 rounds of rows, columns.
+    # Sinkhorn: row softmax + eps, a column step, then ITERS - 1 rounds of rows, columns. Its
+    # 40 normalisations are one dependent chain, so they divide with the GPU's approximate
+    # division (2 ulp; the drift stays far inside the comb tolerance) rather than div.rn.
     e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
-    comb = _div(e, tl.sum(e, axis=2)[:, :, None]) + eps
-    comb = _div(comb, tl.sum(comb, axis=1)[:, None, :] + eps)
+    comb = e / tl.sum(e, axis=2)[:, :, None] + eps
+    comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)
     for _ in range(ITERS - 1):
-        comb = _div(comb, tl.sum(comb, axis=2)[:, :, None] + eps)
-        comb = _div(comb, tl.sum(comb, axis=1)[:, None, :] + eps)
+        comb = comb / (tl.sum(comb, axis=2)[:, :, None] + eps)
+        comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)
 
     gate_out = rows.to(tl.int64)[:, None] * _STREAMS + four[None, :]
     tl.store(pre_ptr + gate_out, pre, mask=row_ok[:, None])
@@ -493,20 +539,8 @@ def _mix_finish_kernel(
 # Launcher and public function
 
 
-def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, return_mix):
+def _launch_triton_partials(x2d, w, partial, sqsum, *, path, cfg):
     m, k = x2d.shape
-    compensated = path in ("compensated", "batch_invariant")
-    part_n = _PACKED_COLUMNS if compensated else _GATE_COLUMNS
-    device = x2d.device
-    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
-    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
-    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
-    if m == 0:
-        return outputs
-    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
-    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
     _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
         x2d,
         w,
@@ -521,14 +555,37 @@ def _launch(x2d, w, scale, base, *, path, cfg, iters, rms_eps, eps, post_mult, r
         w.stride(1),
         0.0,
         BLOCK_M=cfg.block_m,
-        BLOCK_N=part_n,
+        BLOCK_N=partial.shape[2],
         BLOCK_K=cfg.block_k,
         EVEN_K=k % cfg.block_k == 0,
-        PRECISION="ieee" if path == "small_row" else "tf32",
+        # small_row: TF32x3 on the raw fn (its split made in registers; x's residual is 0).
+        PRECISION="tf32x3" if path == "small_row" else "tf32",
         PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
         num_warps=cfg.num_warps,
         num_stages=cfg.num_stages,
     )
+
+
+def _launch(x2d, w, scale, base, *, path, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix):
+    m, k = x2d.shape
+    compensated = path in ("compensated", "batch_invariant")
+    part_n = _PACKED_COLUMNS if compensated else _GATE_COLUMNS
+    device = x2d.device
+    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
+    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
+    if m == 0:
+        return outputs
+    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
+    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
+    if cuda:
+        load_module("hc_mix_partials", device.index or 0).hc_mix_partials_tf32(
+            x2d, w, partial, sqsum
+        )
+    else:
+        _launch_triton_partials(x2d, w, partial, sqsum, path=path, cfg=cfg)
     _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
         partial,
         sqsum,
@@ -624,8 +681,9 @@ def hc_mix_stats(
     if path in ("compensated", "batch_invariant"):
         w = packed if packed is not None else _pack_split(fn)
     else:
-        w = fn  # small_row: fp32 FMA; single_pass_tf32: the tensor core reads split_tf32's hi
-    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], _num_sms(x.device))
+        w = fn  # small_row: TF32x3 splits it in registers; single_pass_tf32 reads its TF32 part
+    cuda = path in ("compensated", "batch_invariant") and uses_cuda_projection(x2d)
+    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], _num_sms(x.device), cuda=cuda)
     _check_config(cfg)
     return _launch(
         x2d,
@@ -633,6 +691,7 @@ def hc_mix_stats(
         scale,
         base,
         path=path,
+        cuda=cuda,
         cfg=cfg,
         iters=iters,
         rms_eps=rms_eps,

@@ -31,7 +31,8 @@ from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quan
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 BLOCKS_PER_PROGRAM = 32  # 32-value blocks per program: 1024 values, 8 per thread
-PAD_ROWS = 32  # swizzled padding rows zeroed per extra program
+PAD_WORDS = 1024  # 4-byte words of swizzled scale padding zeroed per extra program
+_PAD_WORDS = tl.constexpr(PAD_WORDS)  # kernels see module constants only as constexpr
 
 
 class Mxfp8SwizzledInput(NamedTuple):
@@ -76,25 +77,27 @@ def swizzled_scale_offset(row, col, PADDED_COLS: tl.constexpr):
     )
 
 
+def padding_programs(rows: int, padded_cols: int) -> int:
+    """Programs of :func:`zero_padding_scale_words` for a swizzled buffer of ``rows`` rows."""
+    if rows % 128 == 0:
+        return 0
+    return triton.cdiv(padded_cols * 32, PAD_WORDS)
+
+
 @triton.jit
-def zero_padding_scale_rows(
-    sf_ptr,
-    first_row,
-    rows,
-    PADDED_COLS: tl.constexpr,
-    PAD_ROWS: tl.constexpr,
-    PAD_COL_TILE: tl.constexpr,  # next power of two >= PADDED_COLS
-):
-    """Scale 0 for the PAD_ROWS rows from ``first_row`` that lie past ``rows`` in its last
-    128-row tile: rows that exist only as swizzled padding."""
-    pad_row = (first_row + tl.arange(0, PAD_ROWS)[:, None]).to(tl.int64)
-    pad_col = tl.arange(0, PAD_COL_TILE)[None, :]
-    padded_rows = tl.cdiv(rows, 128) * 128
-    tl.store(
-        sf_ptr + swizzled_scale_offset(pad_row, pad_col, PADDED_COLS),
-        tl.zeros([PAD_ROWS, PAD_COL_TILE], dtype=tl.uint8),
-        mask=(pad_row < padded_rows) & (pad_col < PADDED_COLS),
-    )
+def zero_padding_scale_words(sf_ptr, program, rows, PADDED_COLS: tl.constexpr):
+    """Scale 0 for the rows of the last 128-row tile that lie past ``rows``, PAD_WORDS 4-byte
+    words of the tile per program (``program`` counts from 0).
+
+    In the 128x4 layout each 4-byte word holds one row's 4 consecutive scale columns: word
+    ``i`` of a 512-byte column group is row ``i // 4 + 32 * (i % 4)`` of the tile. Padding is
+    written as whole words of padding rows, so it never touches a byte of a real row."""
+    word = program * _PAD_WORDS + tl.arange(0, _PAD_WORDS)
+    in_group = word % 128
+    tile_row = in_group // 4 + 32 * (in_group % 4)
+    tile = (sf_ptr + (rows // 128).to(tl.int64) * (128 * PADDED_COLS)).to(tl.pointer_type(tl.int32))
+    pad = (tile_row >= rows % 128) & (word < PADDED_COLS * 32)
+    tl.store(tile + word, tl.zeros([_PAD_WORDS], dtype=tl.int32), mask=pad)
 
 
 @triton.jit
@@ -157,12 +160,23 @@ def mxfp8_encode_blocks(v, col, HW_CVT: tl.constexpr):
     osc = tl.where((scale == 0) | (scale >= 254), 0, (254 - scale) << 23)
     osc = tl.where(scale == 255, 0x7FC00000, osc).to(tl.float32, bitcast=True)
     # Inputs flush to zero; a subnormal product need not be flushed: e4m3 rounds it to ±0 anyway.
-    x = tl.where((bits & 0x7F800000) == 0, bits ^ magnitude, bits).to(tl.float32, bitcast=True)
-    p = x * osc[:, None]
-    p = tl.where(p != p, 448.0, tl.minimum(tl.maximum(p, -448.0), 448.0))
     if HW_CVT:
-        codes = p.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        # Fewer instructions for the same bytes (the epilogue is issue-bound): mul.ftz flushes a
+        # subnormal input to a zero of its sign, and the satfinite conversion clamps finite
+        # values and ±Inf to ±448 itself, so only NaN (-> +448) needs a select.
+        p = tl.inline_asm_elementwise(
+            "mul.ftz.f32 $0, $1, $2;",
+            "=f,f,f",
+            [v, tl.broadcast_to(osc[:, None], v.shape)],
+            dtype=tl.float32,
+            is_pure=True,
+            pack=1,
+        )
+        codes = tl.where(p != p, 448.0, p).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
+        x = tl.where((bits & 0x7F800000) == 0, bits ^ magnitude, bits).to(tl.float32, bitcast=True)
+        p = x * osc[:, None]
+        p = tl.where(p != p, 448.0, tl.minimum(tl.maximum(p, -448.0), 448.0))
         codes = _e4m3_rne_satfinite(p).to(tl.uint8)
     return codes, scale
 
@@ -181,13 +195,11 @@ def mxfp8_quantize_kernel(
     BF16_BITS: tl.constexpr,
     BLOCK_COLS: tl.constexpr,  # scale blocks per program (power of two)
     COL_PROGRAMS: tl.constexpr,  # programs per row: cdiv(PADDED_COLS, BLOCK_COLS)
-    PAD_ROWS: tl.constexpr,
-    PAD_COL_TILE: tl.constexpr,
     HW_CVT: tl.constexpr,
 ):
     """Programs [0, rows * COL_PROGRAMS) quantize BLOCK_COLS scale blocks of one row, the padding
-    columns included (they read zeros, so scale 0); the programs after them zero PAD_ROWS
-    padding rows each of the last 128-row scale tile (swizzled only)."""
+    columns included (they read zeros, so scale 0); the programs after them zero the padding
+    rows of the last 128-row scale tile (swizzled only)."""
     pid = tl.program_id(0)
     if pid < rows * COL_PROGRAMS:
         row = (pid // COL_PROGRAMS).to(tl.int64)
@@ -202,8 +214,21 @@ def mxfp8_quantize_kernel(
         offset = swizzled_scale_offset(row, col, PADDED_COLS) if SWIZZLED else row * COLS + col
         tl.store(sf_ptr + offset, scale.to(tl.uint8), mask=col < PADDED_COLS)
     elif SWIZZLED:
-        first = rows + (pid - rows * COL_PROGRAMS) * PAD_ROWS
-        zero_padding_scale_rows(sf_ptr, first, rows, PADDED_COLS, PAD_ROWS, PAD_COL_TILE)
+        zero_padding_scale_words(sf_ptr, pid - rows * COL_PROGRAMS, rows, PADDED_COLS)
+
+
+def quantize_into(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: bool):
+    """Quantize ``x`` into the caller's ``q`` (e4m3 ``[M, K]``) and ``scales`` (1-D, the
+    layout's size): by the kernel when admitted and the outputs suit it (last-dim stride 1,
+    contiguous 4-byte aligned scales: padding is written as words), else the reference."""
+    kernel_outputs = q.stride(1) == 1 and scales.is_contiguous() and scales.data_ptr() % 4 == 0
+    if mxfp8_quantize_admission(x, swizzled=swizzled) and kernel_outputs:
+        if x.shape[0]:
+            launch(x, q, scales, swizzled=swizzled)
+        return
+    data, sf = reference_mxfp8_quantize(x, swizzled=swizzled)
+    q.copy_(data)
+    scales.copy_(sf)
 
 
 def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: bool) -> None:
@@ -214,7 +239,7 @@ def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: 
     col_programs = triton.cdiv(padded_cols, block_cols)
     grid = rows * col_programs
     if swizzled:
-        grid += triton.cdiv(triton.cdiv(rows, 128) * 128 - rows, PAD_ROWS)
+        grid += padding_programs(rows, padded_cols)
     bf16 = x.dtype == torch.bfloat16
     mxfp8_quantize_kernel[(grid,)](
         x.view(torch.int16) if bf16 else x,
@@ -229,8 +254,6 @@ def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: 
         BF16_BITS=bf16,
         BLOCK_COLS=block_cols,
         COL_PROGRAMS=col_programs,
-        PAD_ROWS=PAD_ROWS,
-        PAD_COL_TILE=triton.next_power_of_2(padded_cols),
         HW_CVT=x.is_cuda,
         num_warps=4,
         enable_fp_fusion=False,  # no multiply-add pairs here; kept off as in every exact kernel
@@ -251,8 +274,7 @@ def mxfp8_quantize(x: torch.Tensor, *, swizzled: bool = True) -> tuple[torch.Ten
     scales = torch.empty(
         scale_buffer_size(rows, k, swizzled=swizzled), dtype=torch.uint8, device=x.device
     )
-    if rows:
-        launch(x, q, scales, swizzled=swizzled)
+    quantize_into(x, q, scales, swizzled=swizzled)
     return q, scales
 
 
