@@ -525,8 +525,9 @@ def example_inputs(m: int, h: int, device, *, seed: int, scale: float = 1.0):
     return x.to(device), pre.to(device), weight.to(device)
 
 
-def unfused(x, pre, weight, eps, variant: KernelVariant = DEFAULT_VARIANT):
-    """The pair the fused op replaces: :func:`hc_combine_norm` then :func:`mxfp8_quantize`."""
+def unfused(x, pre, weight, eps, variant: KernelVariant | None = None):
+    """The pair the fused op replaces: :func:`hc_combine_norm` then :func:`mxfp8_quantize`
+    (``variant``: the Triton kernel with that launch shape, as the fused op's ``_variant``)."""
     y = hc_combine_norm(x, pre, weight, eps, _variant=variant)
     return y, mxfp8_quantize(y, swizzled=True)
 
