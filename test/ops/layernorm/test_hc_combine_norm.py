@@ -401,3 +401,12 @@ def test_gpu_strided_rows_and_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert_bits_equal((y, quantized), expected)
+
+
+def test_cuda_kernel_is_only_chosen_for_cuda_tensors():
+    from dsv41_kernels.ops.layernorm.hc_combine_norm import uses_cuda_kernel
+
+    x, pre, weight = example_inputs(2, 64, "cpu", seed=1)
+    assert not uses_cuda_kernel(x, weight)
+    admission = hc_combine_norm_admission(x, pre, weight, quantize=True)
+    assert "cuda cluster" not in admission.reason

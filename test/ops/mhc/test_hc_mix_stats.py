@@ -455,3 +455,9 @@ def test_gpu_cuda_graph_capture_and_replay(m):
     torch.cuda.synchronize()
     assert_rows_equal(captured, hc_mix_stats(x, holder, scale, base))
     assert not torch.equal(captured[0], eager[0])
+
+
+def test_cuda_projection_is_only_chosen_for_cuda_tensors():
+    x = example_inputs(4, 64, device="cpu", seed=1)[0]
+    assert not hc_mix_stats_module.uses_cuda_projection(x)
+    assert "mma.sync" not in hc_mix_stats_admission(x, None, "compensated").reason
