@@ -43,6 +43,12 @@ def sources(name: str) -> list[Path]:
 
 
 @functools.cache
+def sm_major(device_index: int) -> int:
+    """The compute capability's major version of a CUDA device (cached: admissions ask often)."""
+    return torch.cuda.get_device_capability(device_index)[0]
+
+
+@functools.cache
 def toolchain_available() -> bool:
     """Whether CUDA sources can be built here: nvcc (or CUDA_HOME) and apache-tvm-ffi."""
     try:

@@ -54,6 +54,8 @@
 
 #include <cstdint>
 
+#include "cluster_launch.cuh"
+
 namespace {
 
 using tvm::ffi::TensorView;
@@ -535,22 +537,9 @@ void launch(const Params& p, int threads, cudaStream_t stream) {
   const int per_cta = threads * kPadWords;
   const int pad_ctas =
       QUANTIZE && p.rows % 128 != 0 ? ((words + per_cta - 1) / per_cta + C - 1) / C * C : 0;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(p.rows * C + pad_ctas), 1, 1);
-  config.blockDim = dim3(static_cast<unsigned>(threads), 1, 1);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = C;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = C > 1 ? 1 : 0;
-  const cudaError_t err =
-      cudaLaunchKernelEx(&config, hc_combine_norm_kernel<C, ITEMS, QUANTIZE>, p);
-  if (err != cudaSuccess) {
-    TVM_FFI_THROW(RuntimeError) << "hc_combine_norm launch failed: " << cudaGetErrorString(err);
-  }
+  launch_in_clusters("hc_combine_norm", hc_combine_norm_kernel<C, ITEMS, QUANTIZE>,
+                     dim3(static_cast<unsigned>(p.rows * C + pad_ctas)),
+                     dim3(static_cast<unsigned>(threads)), C, stream, p);
 }
 
 template <int C, bool QUANTIZE>

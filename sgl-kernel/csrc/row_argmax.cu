@@ -21,6 +21,8 @@
 
 #include <cstdint>
 
+#include "cluster_launch.cuh"
+
 namespace {
 
 namespace cg = cooperative_groups;
@@ -166,24 +168,11 @@ void launch_items(const TensorView& logits, const TensorView& out, cudaStream_t 
     }
     non_portable = true;
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(cluster, rows, 1);
-  config.blockDim = dim3(THREADS, 1, 1);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = cluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
   const T* data = reinterpret_cast<const T*>(static_cast<const char*>(logits.data_ptr()) +
                                              logits.byte_offset());
   int64_t* dst = reinterpret_cast<int64_t*>(static_cast<char*>(out.data_ptr()) + out.byte_offset());
-  cudaError_t err = cudaLaunchKernelEx(&config, kernel, data, logits.stride(0), vocab, dst);
-  if (err != cudaSuccess) {
-    TVM_FFI_THROW(RuntimeError) << "row_argmax launch failed: " << cudaGetErrorString(err);
-  }
+  launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster, stream,
+                     data, logits.stride(0), vocab, dst);
 }
 
 // The fewest items per thread that keep the cluster within kMaxCluster CTAs.

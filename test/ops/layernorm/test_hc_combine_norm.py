@@ -12,11 +12,14 @@ from dsv41_kernels import (
 )
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.check import bit_mismatches
+from dsv41_kernels.jit import sm_major, toolchain_available
 from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+    DEFAULT_VARIANT,
     KernelVariant,
     beyond_one_bf16_ulp,
     example_inputs,
     unfused,
+    uses_cuda_kernel,
 )
 from dsv41_kernels.reference.mhc import bf16_sum_of_squares
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference
@@ -336,12 +339,11 @@ def test_gpu_fused_equals_unfused_and_reference():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(
+    not (toolchain_available() and torch.cuda.is_available() and sm_major(0) >= 9),
+    reason="the CUDA cluster kernel needs sm_90+ and a CUDA toolchain",
+)
 def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one():
-    from dsv41_kernels.jit import toolchain_available
-    from dsv41_kernels.ops.layernorm.hc_combine_norm import DEFAULT_VARIANT, uses_cuda_kernel
-
-    if not (toolchain_available() and torch.cuda.get_device_capability()[0] >= 9):
-        pytest.skip("the CUDA cluster kernel needs sm_90+ and a CUDA toolchain")
     for m, h in ((1, 5120), (6, 5120), (300, 4096), (130, 1024 + 32)):
         x, pre, weight = _gpu_case(m, h, 1.0, seed=31 * m + h)
         assert "cuda cluster" in hc_combine_norm_admission(x, pre, weight, quantize=True).reason
@@ -404,8 +406,6 @@ def test_gpu_strided_rows_and_cuda_graph_capture():
 
 
 def test_cuda_kernel_is_only_chosen_for_cuda_tensors():
-    from dsv41_kernels.ops.layernorm.hc_combine_norm import uses_cuda_kernel
-
     x, pre, weight = example_inputs(2, 64, "cpu", seed=1)
     assert not uses_cuda_kernel(x, weight)
     admission = hc_combine_norm_admission(x, pre, weight, quantize=True)

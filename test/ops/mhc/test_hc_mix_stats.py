@@ -3,6 +3,7 @@ import torch
 
 from dsv41_kernels import HcDerivedWeights, hc_mix_stats, hc_mix_stats_admission, split_tf32
 from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.jit import load_module, toolchain_available
 from dsv41_kernels.ops.mhc import hc_mix_stats as hc_mix_stats_module
 from dsv41_kernels.ops.mhc.hc_mix_stats import (
     CUDA_ROWS_PER_CTA,
@@ -376,11 +377,10 @@ def test_gpu_other_shapes(m, hidden):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(
+    not toolchain_available(), reason="no CUDA toolchain: the compensated paths run Triton"
+)
 def test_gpu_cuda_projection_agrees_with_the_triton_projection(monkeypatch):
-    from dsv41_kernels.jit import load_module, toolchain_available
-
-    if not toolchain_available():
-        pytest.skip("no CUDA toolchain: the compensated paths run the Triton projection")
     assert load_module("hc_mix_partials").hc_mix_partials_rows_per_cta() == CUDA_ROWS_PER_CTA
     for m in (1, 128, 300, 4096):
         x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=200 + m)

@@ -51,7 +51,6 @@ spans 4 lanes); a few extra programs zero the padding rows of the last scale til
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import torch
@@ -59,7 +58,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
-from dsv41_kernels.jit import load_module, toolchain_available
+from dsv41_kernels.jit import load_module, sm_major, toolchain_available
 from dsv41_kernels.ops.quantization.mxfp8_quantize import (
     Mxfp8SwizzledInput,
     bf16_bits_to_f32,
@@ -154,11 +153,6 @@ CUDA_MAX_CTA_COLUMNS = 10240
 """Columns one CTA of the CUDA kernel holds (5 vectors of 8 a thread, 256 threads)."""
 
 
-@functools.cache
-def _sm_major(device_index: int) -> int:
-    return torch.cuda.get_device_capability(device_index)[0]
-
-
 def _cuda_cluster(h: int) -> int:
     """CTAs per row of the CUDA kernel: the largest of 4, 2, 1 giving each whole 32-value
     blocks (as ``hc_combine_norm_cuda`` picks it)."""
@@ -181,7 +175,7 @@ def uses_cuda_kernel(x, weight, y=None) -> bool:
         and (y is None or aligned(y))
         and weight.is_contiguous()
         and weight.data_ptr() % 16 == 0
-        and _sm_major(x.device.index or 0) >= 9
+        and sm_major(x.device.index or 0) >= 9
         and toolchain_available()
     )
 

@@ -55,7 +55,7 @@ from dsv41_kernels.admission import (
     triton_interpreter,
 )
 from dsv41_kernels.check import CheckCase
-from dsv41_kernels.jit import load_module, toolchain_available
+from dsv41_kernels.jit import load_module, sm_major, toolchain_available
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
 from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
 
@@ -267,11 +267,6 @@ CUDA_ROWS_PER_CTA = 128
 """Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_partials.cu``)."""
 
 
-@functools.cache
-def _sm_major(device_index: int) -> int:
-    return torch.cuda.get_device_capability(device_index)[0]
-
-
 def uses_cuda_projection(x2d: torch.Tensor) -> bool:
     """The compensated paths' projection runs the CUDA kernel (cp.async pipeline, TF32
     mma.sync) instead of the Triton one: sm_80+, a CUDA toolchain, ``K % 64 == 0`` and
@@ -283,7 +278,7 @@ def uses_cuda_projection(x2d: torch.Tensor) -> bool:
         and x2d.stride(1) == 1
         and x2d.data_ptr() % 16 == 0
         and (x2d.stride(0) * 2) % 16 == 0
-        and _sm_major(x2d.device.index or 0) >= 8
+        and sm_major(x2d.device.index or 0) >= 8
         and toolchain_available()
     )
 

@@ -28,14 +28,12 @@ a stream and safe to capture in a CUDA graph. The accept epilogue
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
-from dsv41_kernels.jit import load_module, toolchain_available
+from dsv41_kernels.jit import load_module, sm_major, toolchain_available
 
 MIN_VOCAB = 4096
 MAX_ROWS = 1024  # rows one launch may reduce: the size of the per-device slot workspace
@@ -67,17 +65,12 @@ CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items o
 CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
 
 
-@functools.cache
-def _sm_major(device_index: int) -> int:
-    return torch.cuda.get_device_capability(device_index)[0]
-
-
 def uses_cluster_kernel(logits: torch.Tensor) -> bool:
     """The CUDA cluster kernel: sm_90+, a CUDA toolchain, 16-byte aligned rows, few rows."""
     return (
         logits.is_cuda
         and logits.shape[0] <= CLUSTER_MAX_ROWS
-        and _sm_major(logits.device.index) >= 9
+        and sm_major(logits.device.index) >= 9
         and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
         and logits.data_ptr() % 16 == 0
         and (logits.stride(0) * logits.element_size()) % 16 == 0
