@@ -3,7 +3,9 @@ import torch
 
 from dsv41_kernels import accept_greedy, accept_greedy_admission
 from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch
+from dsv41_kernels.jit import sm_major, toolchain_available
+from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch, uses_cluster_accept
+from dsv41_kernels.ops.speculative.row_argmax import launch as triton_launch
 from dsv41_kernels.reference import accept_greedy as accept_rule
 
 from .logit_cases import random_logits
@@ -197,3 +199,54 @@ def test_gpu_graph_capture_and_replay():
         cutoff.copy_(cut)
         graph.replay()
         assert_same(out, accept_rule(c, lg, cutoff_verify_lens=cut))
+
+
+@pytest.mark.gpu
+def test_gpu_cluster_accept_equals_triton_accept():
+    """Both one-launch kernels against the torch composition: n from 1 to 8, up to 8 rows,
+    int32/int64 candidates, cutoffs from 0 (wraps) to n + 1, NaN/Inf/ties from random_logits,
+    and shapes alternating call to call, so a ticket left armed would show."""
+    gen = torch.Generator().manual_seed(17)
+    cluster_calls = 0
+    for i in range(240):
+        n = 1 + i % 8
+        bs = 1 if i % 3 else max(1, 8 // n)
+        vocab = (129280, 4099, 32000)[i % 3]
+        candidates, logits, cutoff = make_case(
+            bs, n, vocab, gen, dtype=(torch.int32, torch.int64)[i % 2]
+        )
+        cutoff = torch.randint(0, n + 2, (bs,), generator=gen, dtype=torch.int32)
+        candidates, logits, cutoff = candidates.cuda(), logits.cuda(), cutoff.cuda()
+        c = cutoff if i % 4 < 2 else None
+        ref = accept_greedy_torch(candidates, logits, c)
+        cluster_calls += uses_cluster_accept(candidates, logits)
+        assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=c), ref)
+        triton_out = tuple(torch.empty_like(t) for t in ref)
+        triton_launch(logits, candidates=candidates, cutoff=c, accept_out=triton_out, n=n)
+        assert_same(triton_out, ref)
+    # rows of 4099 fp32 are not 16-byte aligned: those take the Triton kernel everywhere
+    assert cluster_calls == 160 or not (toolchain_available() and sm_major(0) >= 9)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (toolchain_available() and torch.cuda.is_available() and sm_major(0) >= 9),
+    reason="the CUDA cluster accept needs sm_90+ and a CUDA toolchain",
+)
+def test_gpu_cluster_accept_across_the_generation_wrap():
+    """The tickets' 31-bit generation wraps to 0; slots of the previous generation (and the -1
+    of rows a launch did not use) are never read as current, on either side of the wrap."""
+    from dsv41_kernels.ops.speculative.accept_greedy import cluster_workspace
+
+    gen = torch.Generator().manual_seed(18)
+    candidates, logits, cutoff = make_case(1, 6, 129280, gen)
+    accept_greedy(candidates.cuda(), logits.cuda())  # the workspace exists
+    slots, tickets = cluster_workspace(logits.cuda().device)
+    tickets[0] = (2**31 - 2) << 32
+    for i in range(8):
+        n = (6, 3, 8, 1)[i % 4]
+        candidates, logits, cutoff = (t.cuda() for t in make_case(1, n, 129280, gen))
+        assert uses_cluster_accept(candidates, logits)
+        ref = accept_greedy_torch(candidates, logits, cutoff)
+        assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
+    assert int(tickets[0]) >> 32 == 6  # 2**31 - 2 + 8 launches, modulo 2**31

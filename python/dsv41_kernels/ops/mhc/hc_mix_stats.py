@@ -73,9 +73,9 @@ _LO_COLUMN = 32
 _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
 _MAX_SPLITS = 256
 _FINISH_TILE = 128
-"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 16 a thread
-at 8 warps, so a step's loads are all in flight at once without spilling."""
-_FINISH_WARPS = 8
+"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
+at 4 warps, so a step's loads are all in flight at once without spilling."""
+_FINISH_WARPS = 4
 _PREFETCH_STEPS = 4
 """How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
 _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
@@ -465,6 +465,7 @@ def _mix_finish_kernel(
     COMPENSATED: tl.constexpr,
     LO_COLUMN: tl.constexpr,
     ITERS: tl.constexpr,
+    FAST_RCP: tl.constexpr,
     BLOCK_S: tl.constexpr,
     BLOCK_R: tl.constexpr,
 ):
@@ -474,8 +475,8 @@ def _mix_finish_kernel(
     The slices are summed ``BLOCK_S`` at a time, chunk after chunk: for a given launch shape
     every row sees the same order wherever it sits. Each (slice, row) is one contiguous run of
     columns, so the loads are coalesced; the 24 mix values then go through ``mix`` in global
-    memory and come back as ``[R, 4]`` and ``[R, 4, 4]`` tiles (one barrier), which keeps
-    the gates and Sinkhorn on tiny tensors instead of the slice-wide gather tiles."""
+    memory (one barrier) and come back one ``[R]`` vector each, so the gates and Sinkhorn work
+    on a row's values inside its own thread."""
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     row_ok = rows < m
     cols = tl.arange(0, _GATE_N)
@@ -500,34 +501,113 @@ def _mix_finish_kernel(
     tl.store(mix_rows[:, None] + cols[None, :], mix, mask=row_ok[:, None] & (cols < _MIX)[None, :])
     tl.debug_barrier()  # the CTA's own global writes are visible to all its threads after it
 
-    four = tl.arange(0, 4)
-    square = 4 * four[:, None] + four[None, :]  # [4, 4]: comb_logit[i][j] = mix[8 + 4i + j]
-    gate_at = mix_rows[:, None] + four[None, :]
-    mix_pre = tl.load(gate_at, mask=row_ok[:, None], other=0.0)
-    mix_post = tl.load(gate_at + _STREAMS, mask=row_ok[:, None], other=0.0)
-    comb_at = mix_rows[:, None, None] + 2 * _STREAMS + square[None, :, :]
-    mix_comb = tl.load(comb_at, mask=row_ok[:, None, None], other=0.0)
-
-    pre = _sigmoid(mix_pre * tl.load(scale_ptr) + tl.load(base_ptr + four)[None, :]) + eps
-    post_logit = mix_post * tl.load(scale_ptr + 1) + tl.load(base_ptr + _STREAMS + four)[None, :]
-    post = _sigmoid(post_logit) * post_mult
-    logits = mix_comb * tl.load(scale_ptr + 2) + tl.load(base_ptr + 2 * _STREAMS + square)[None]
-
-    # Sinkhorn: row softmax + eps, a column step, then ITERS - 1 rounds of rows, columns. Its
-    # 40 normalisations are one dependent chain, so they divide with the GPU's approximate
-    # division (2 ulp; the drift stays far inside the comb tolerance) rather than div.rn.
-    e = tl.exp(logits - tl.max(logits, axis=2)[:, :, None])
-    comb = e / tl.sum(e, axis=2)[:, :, None] + eps
-    comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)
+    # From here every value is its own [R] vector (one element a row), so the gates and the
+    # 40 Sinkhorn normalisations run in each row's thread without any cross-lane reduction
+    # (a [R, 4, 4] tile needs two shuffle rounds per normalisation, ~2 µs over 20 rounds).
+    # Lanes beyond R repeat the work, so the program has 4 warps (one per SM sub-partition):
+    # at 8 warps the repeats share issue slots and double the time.
+    pre0, pre1, pre2, pre3 = _gates4(mix_rows, 0, row_ok, scale_ptr, base_ptr, eps, 1.0)
+    post0, post1, post2, post3 = _gates4(
+        mix_rows, 4, row_ok, scale_ptr + 1, base_ptr, 0.0, post_mult
+    )
+    c00, c01, c02, c03 = _row_softmax(mix_rows, 8, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c10, c11, c12, c13 = _row_softmax(mix_rows, 12, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c20, c21, c22, c23 = _row_softmax(mix_rows, 16, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c30, c31, c32, c33 = _row_softmax(mix_rows, 20, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    # Sinkhorn: the row softmax + eps above, a column step, then ITERS - 1 rounds of rows,
+    # columns (specs.md C.3). Its 40 normalisations are one dependent chain, so each
+    # multiplies by an approximate reciprocal (1.5 ulp; the drift stays far inside the comb
+    # tolerance) rather than dividing with div.rn.
+    c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
+    c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
+    c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
+    c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
     for _ in range(ITERS - 1):
-        comb = comb / (tl.sum(comb, axis=2)[:, :, None] + eps)
-        comb = comb / (tl.sum(comb, axis=1)[:, None, :] + eps)
+        c00, c01, c02, c03 = _normalize4(c00, c01, c02, c03, eps, FAST_RCP)
+        c10, c11, c12, c13 = _normalize4(c10, c11, c12, c13, eps, FAST_RCP)
+        c20, c21, c22, c23 = _normalize4(c20, c21, c22, c23, eps, FAST_RCP)
+        c30, c31, c32, c33 = _normalize4(c30, c31, c32, c33, eps, FAST_RCP)
+        c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
+        c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
+        c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
+        c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
 
-    gate_out = rows.to(tl.int64)[:, None] * _STREAMS + four[None, :]
-    tl.store(pre_ptr + gate_out, pre, mask=row_ok[:, None])
-    tl.store(post_ptr + gate_out, post, mask=row_ok[:, None])
-    comb_out = rows.to(tl.int64)[:, None, None] * (_STREAMS * _STREAMS) + square[None, :, :]
-    tl.store(comb_ptr + comb_out, comb, mask=row_ok[:, None, None])
+    at = rows.to(tl.int64) * _STREAMS
+    _store4(pre_ptr + at, pre0, pre1, pre2, pre3, row_ok)
+    _store4(post_ptr + at, post0, post1, post2, post3, row_ok)
+    at = rows.to(tl.int64) * (_STREAMS * _STREAMS)
+    _store4(comb_ptr + at, c00, c01, c02, c03, row_ok)
+    _store4(comb_ptr + at + 4, c10, c11, c12, c13, row_ok)
+    _store4(comb_ptr + at + 8, c20, c21, c22, c23, row_ok)
+    _store4(comb_ptr + at + 12, c30, c31, c32, c33, row_ok)
+
+
+@triton.jit
+def _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr):
+    """``mix[:, first + j] · scale + base[first + j]`` for j < 4, as four [R] vectors."""
+    scale = tl.load(scale_ptr)
+    a = tl.load(mix_rows + first, mask=row_ok, other=0.0) * scale + tl.load(base_ptr + first)
+    b = tl.load(mix_rows + first + 1, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 1
+    )
+    c = tl.load(mix_rows + first + 2, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 2
+    )
+    d = tl.load(mix_rows + first + 3, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 3
+    )
+    return a, b, c, d
+
+
+@triton.jit
+def _gates4(mix_rows, first, row_ok, scale_ptr, base_ptr, add, mult):
+    """``σ(logit)·mult + add`` of the four gates from column ``first``."""
+    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
+    return (
+        _sigmoid(a) * mult + add,
+        _sigmoid(b) * mult + add,
+        _sigmoid(c) * mult + add,
+        _sigmoid(d) * mult + add,
+    )
+
+
+@triton.jit
+def _reciprocal(v, FAST_RCP: tl.constexpr):
+    """``1 / v``: one ``MUFU.RCP`` (1 ulp) on the GPU, where ``/`` costs seven instructions
+    and Sinkhorn's divisions are the finisher's critical path; ``/`` in the interpreter.
+    ``.ftz`` drops the subnormal handling (six more instructions): every ``v`` here is a sum
+    that is at least ``eps`` (or 1, in the softmax), far above the subnormals."""
+    if FAST_RCP:
+        return tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return 1.0 / v
+
+
+@triton.jit
+def _row_softmax(mix_rows, first, row_ok, scale_ptr, base_ptr, eps, FAST_RCP: tl.constexpr):
+    """Softmax of one comb row's four logits, plus ``eps`` (Sinkhorn's first half step)."""
+    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
+    top = tl.maximum(tl.maximum(a, b), tl.maximum(c, d))
+    a, b, c, d = tl.exp(a - top), tl.exp(b - top), tl.exp(c - top), tl.exp(d - top)
+    inv = _reciprocal(((a + b) + c) + d, FAST_RCP)
+    return a * inv + eps, b * inv + eps, c * inv + eps, d * inv + eps
+
+
+@triton.jit
+def _normalize4(a, b, c, d, eps, FAST_RCP: tl.constexpr):
+    """``v / (Σv + eps)`` for one comb row or column, as ``v · (1 / (Σv + eps))``."""
+    inv = _reciprocal((((a + b) + c) + d) + eps, FAST_RCP)
+    return a * inv, b * inv, c * inv, d * inv
+
+
+@triton.jit
+def _store4(ptr, a, b, c, d, row_ok):
+    tl.store(ptr, a, mask=row_ok)
+    tl.store(ptr + 1, b, mask=row_ok)
+    tl.store(ptr + 2, c, mask=row_ok)
+    tl.store(ptr + 3, d, mask=row_ok)
 
 
 # --------------------------------------------------------------------------------------------
@@ -600,6 +680,7 @@ def _launch(x2d, w, scale, base, *, path, cuda, cfg, iters, rms_eps, eps, post_m
         COMPENSATED=compensated,
         LO_COLUMN=_LO_COLUMN,
         ITERS=iters,
+        FAST_RCP=not triton_interpreter(),
         BLOCK_S=min(triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)),
         BLOCK_R=cfg.finish_rows,
         num_warps=_FINISH_WARPS,

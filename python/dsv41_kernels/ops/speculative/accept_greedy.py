@@ -3,9 +3,13 @@
 At BS=1 DSpark verifies ``n = 6`` rows of ``[129280]`` fp32 logits per step; SGLang computes
 ``torch.argmax`` (one block per row, ~27 µs on an H200) and then the accept rule in further
 small launches. Here the multi-block row argmax of
-:mod:`dsv41_kernels.ops.speculative.row_argmax` finishes in a last block that also applies
-the rule, so the whole greedy accept is one launch with no host sync, and with ``out`` given
-it allocates nothing, which makes it safe inside a captured CUDA graph.
+:mod:`dsv41_kernels.ops.speculative.row_argmax` also applies the rule, so the whole greedy
+accept is one launch with no host sync, and with ``out`` given it allocates nothing, which
+makes it safe inside a captured CUDA graph. Where the row argmax takes its CUDA cluster
+kernel (few rows, sm_90+) the accept does too (``accept_greedy_cluster`` in
+``sgl-kernel/csrc/row_argmax.cu``: each row's leader CTA adds its match bit to a
+per-request ticket and the last one applies the rule, with one ticket round trip and one
+read of the bonus row's slot); elsewhere the Triton kernel's last block applies it.
 
 Contract (SGLang 0.5.23 ``dspark_accept.accept_greedy``), bitwise:
 ``predict = torch.argmax(logits, -1).view(bs, n)``; ``correct_len[b]`` counts the leading
@@ -20,10 +24,22 @@ from __future__ import annotations
 import torch
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse
-from dsv41_kernels.ops.speculative.row_argmax import launch, row_argmax_admission
+from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.speculative.row_argmax import (
+    MAX_ROWS,
+    launch,
+    row_argmax_admission,
+    uses_cluster_kernel,
+)
 
 MAX_DRAFT_ROWS = 64  # n: the accept epilogue holds [bs, n] in one block's registers
+CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
 INDEX_DTYPES = (torch.int32, torch.int64)
+
+
+def uses_cluster_accept(candidates: torch.Tensor, logits: torch.Tensor) -> bool:
+    """The CUDA cluster kernel applies the rule: the row argmax takes it, and n <= 16."""
+    return candidates.shape[1] <= CLUSTER_MAX_DRAFT_ROWS and uses_cluster_kernel(logits)
 
 
 def accept_greedy_admission(
@@ -44,7 +60,30 @@ def accept_greedy_admission(
     ):
         return refuse("cutoff_verify_lens not contiguous on the logits' device")
     bs, n = candidates.shape
-    return admit(f"one Triton launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
+    kernel = "cuda cluster" if uses_cluster_accept(candidates, logits) else "Triton"
+    return admit(f"one {kernel} launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
+
+
+_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def cluster_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CUDA accept's per-device slots (int64 [16 * bs], made as -1) and request tickets
+    (int64 [bs], made as 0), made once outside any CUDA-graph capture; only the kernel changes
+    them afterwards. Like the Triton kernel's workspace they must be used stream-ordered (not
+    from two streams of one device at once)."""
+    ws = _workspaces.get(device)
+    if ws is None:
+        if torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                "accept_greedy: its workspace is made on the first call, which must not be "
+                "inside CUDA-graph capture; call accept_greedy once before capturing"
+            )
+        ws = _workspaces[device] = (
+            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=device),
+            torch.zeros(MAX_ROWS, dtype=torch.int64, device=device),
+        )
+    return ws
 
 
 def _validate(candidates, logits, cutoff_verify_lens, out):
@@ -124,7 +163,19 @@ def accept_greedy(
             torch.empty(bs, dtype=torch.int64, device=dev),
             torch.empty(bs, dtype=torch.int32, device=dev),
         )
-    launch(logits, candidates=candidates, cutoff=cutoff_verify_lens, accept_out=out, n=n)
+    if uses_cluster_accept(candidates, logits):
+        slots, tickets = cluster_workspace(logits.device)
+        no_cutoff = tickets[:0]
+        load_module("row_argmax", logits.device.index or 0).accept_greedy_cluster(
+            candidates,
+            logits,
+            no_cutoff if cutoff_verify_lens is None else cutoff_verify_lens,
+            *out,
+            slots,
+            tickets,
+        )
+    else:
+        launch(logits, candidates=candidates, cutoff=cutoff_verify_lens, accept_out=out, n=n)
     return tuple(out)
 
 

@@ -12,9 +12,10 @@ value, an all ``-Inf`` row gives 0, and a row holding NaN gives the index of its
 
 Two kernels, one contract. On Hopper and Blackwell, for up to ``CLUSTER_MAX_ROWS`` (8) rows,
 a CUDA kernel (``sgl-kernel/csrc/row_argmax.cu``) gives each row a thread-block cluster of up
-to 16 CTAs that merge their winners through distributed shared memory: one launch, no global
-atomics. Elsewhere (more rows, other GPUs, the Triton interpreter, and the fused accept) the
-Triton kernel below runs; which wins where is in docs/performance.md.
+to 16 CTAs whose warps send their winners into the leader CTA's shared memory: one launch, no
+global atomics (the greedy accept has a CUDA form there too). Elsewhere (more rows, other GPUs,
+the Triton interpreter) the Triton kernel below runs; which wins where is in
+docs/performance.md.
 
 How the Triton kernel works: each lane keeps the first maximum of its columns (a NaN once
 it sees one). A lane's winner becomes one int64 key ``order(x) << 32 | (2**32 - 1 - index)``,
