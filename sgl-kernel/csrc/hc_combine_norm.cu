@@ -213,7 +213,7 @@ __device__ __forceinline__ void wait_exchange(uint64_t* arrived) {
     asm volatile(
         "{\n"
         "  .reg .pred p;\n"
-        "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+        "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
         "  selp.u32 %0, 1, 0, p;\n"
         "}\n"
         : "=r"(done)

@@ -31,8 +31,11 @@
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
 #include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/cuda/device_guard.h>
 #include <tvm/ffi/function.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "cluster_launch.cuh"
@@ -140,7 +143,7 @@ __device__ __forceinline__ void wait_arrivals(uint64_t* arrived) {
     asm volatile(
         "{\n"
         "  .reg .pred p;\n"
-        "  mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+        "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
         "  selp.u32 %0, 1, 0, p;\n"
         "}\n"
         : "=r"(done)
@@ -360,20 +363,26 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
   constexpr int kChunk = THREADS * kVecOf<T> * ITEMS;
   const int rows = static_cast<int>(logits.size(0));
   const int vocab = static_cast<int>(logits.size(1));
-  const unsigned cluster = static_cast<unsigned>((vocab + kChunk - 1) / kChunk);
+  // At least 2 CTAs: st.async is defined only in clusters of more than one CTA. A CTA past
+  // the row's end reports (-Inf, vocab - 1), which never wins.
+  const unsigned cluster = static_cast<unsigned>(std::max(2, (vocab + kChunk - 1) / kChunk));
   if (cluster > kMaxCluster) {
     TVM_FFI_THROW(ValueError) << "row_argmax: " << cluster << " CTAs per row > " << kMaxCluster;
   }
   auto kernel = row_argmax_cluster_kernel<T, THREADS, ITEMS, ACCEPT>;
-  static bool non_portable = false;  // once per process: the attribute is per function
-  if (cluster > 8 && !non_portable) {
+  // The attribute is per function and device: set once per device (a bit each), so the
+  // call is not repeated inside CUDA-graph capture.
+  static std::atomic<uint64_t> non_portable{0};
+  const int device = logits.device().device_id;
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (cluster > 8 && (bit == 0 || (non_portable.load() & bit) == 0)) {
     cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
     if (err != cudaSuccess) {
       TVM_FFI_THROW(RuntimeError) << "row_argmax: clusters of " << cluster
                                   << " CTAs unavailable: " << cudaGetErrorString(err);
     }
-    non_portable = true;
+    non_portable.fetch_or(bit);
   }
   launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster, stream,
                      static_cast<const T*>(data_of(logits)), logits.stride(0), vocab, out, a);
@@ -443,6 +452,7 @@ int64_t* checked_out(const TensorView& out, const TensorView& logits) {
 // out: int64 [rows] contiguous on the same device. Checked here too: a wrong call throws.
 void row_argmax_cluster(TensorView logits, TensorView out) {
   cudaStream_t stream = checked_stream(logits);
+  tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);  // the launch and the attribute
   launch_dtype<false>(logits, checked_out(out, logits), AcceptParams{}, stream);
 }
 
@@ -454,6 +464,7 @@ void accept_greedy_cluster(TensorView candidates, TensorView logits, TensorView 
                            TensorView correct, TensorView bonus, TensorView trim, TensorView slots,
                            TensorView tickets) {
   cudaStream_t stream = checked_stream(logits);
+  tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);  // the launch and the attribute
   if (candidates.ndim() != 2 || !(is_int(candidates, 32) || is_int(candidates, 64)) ||
       candidates.stride(1) != 1 || !on_device_of(candidates, logits)) {
     TVM_FFI_THROW(ValueError) << "candidates must be int32/int64 [bs, n] with last-dim stride 1";
@@ -499,6 +510,7 @@ void accept_greedy_cluster(TensorView candidates, TensorView logits, TensorView 
 // times to choose kThreads and the items per thread.
 void row_argmax_cluster_shape(TensorView logits, TensorView out, int threads, int items) {
   cudaStream_t stream = checked_stream(logits);
+  tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);  // the launch and the attribute
   int64_t* dst = checked_out(out, logits);
   if (logits.dtype().code != kDLFloat || logits.dtype().bits != 32) {
     TVM_FFI_THROW(ValueError) << "the sweep takes float32 logits";
