@@ -54,6 +54,7 @@
 
 #include <cstdint>
 
+#include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
 
 namespace {
@@ -166,60 +167,6 @@ __device__ __forceinline__ uint32_t magnitude_keys(uint32_t w) {
 __device__ __forceinline__ uint32_t canonical_nan(uint32_t w, uint32_t keys) {
   const uint32_t mask = ((keys >> 15) & 0x00010001u) * 0xFFFFu;
   return (w & ~mask) | (kBf16CanonicalNan & mask);
-}
-
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// Cluster exchange without a GPU-scope fence: warp sums travel by st.async, each completing
-// its bytes on the receiver's mbarrier, which the receiver waits on (as for a TMA load).
-// `arrived` is initialised for one arrival (the local expect_tx) before the cluster barrier's
-// first phase, whose wait, before the first remote store, makes every CTA's barrier visible.
-__device__ __forceinline__ void init_exchange(uint64_t* arrived) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(arrived)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait;" ::: "memory");
-}
-__device__ __forceinline__ void expect_bytes(uint64_t* arrived, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(arrived)),
-      "r"(bytes)
-      : "memory");
-}
-// Store v at `slot` of CTA `rank` of the cluster, completing 4 bytes on its `arrived`.
-__device__ __forceinline__ void send_to_rank(float* slot, uint64_t* arrived, uint32_t rank,
-                                             float v) {
-  uint32_t remote_slot, remote_barrier;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_slot)
-               : "r"(shared_address(slot)), "r"(rank));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
-               : "=r"(remote_barrier)
-               : "r"(shared_address(arrived)), "r"(rank));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(
-                   remote_slot),
-               "r"(__float_as_uint(v)), "r"(remote_barrier)
-               : "memory");
-}
-__device__ __forceinline__ void wait_exchange(uint64_t* arrived) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n"
-        "  .reg .pred p;\n"
-        "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-        "  selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(shared_address(arrived))
-        : "memory");
-  } while (done == 0u);
 }
 
 __device__ __forceinline__ float warp_butterfly_sum(float v, int width) {
@@ -337,7 +284,7 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
   } else {
     cluster_wait();
     if (tid == 0) expect_bytes(&arrived, static_cast<uint32_t>(C * warps * sizeof(float)));
-    if (lane < C) send_to_rank(&slots[rank * warps + warp], &arrived, lane, ss);
+    if (lane < C) send_to_rank(&slots[rank * warps + warp], &arrived, lane, __float_as_uint(ss));
     wait_exchange(&arrived);
   }
   const float total = sum_slots(slots, C * warps, lane);

@@ -38,6 +38,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
 
 namespace {
@@ -95,63 +96,11 @@ __device__ __forceinline__ void warp_winner(uint32_t& key, uint32_t& index) {
   key = top;
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// The leader's mbarrier, initialised for one arrival (its own expect_tx). The cluster barrier
-// phase arrived at right after this and waited on before any st.async makes it visible to
-// every CTA (and proves every CTA started).
-__device__ __forceinline__ void init_arrival_barrier(uint64_t* arrived) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_address(arrived)) : "memory");
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-  asm volatile("barrier.cluster.wait;" ::: "memory");
-}
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t rank;
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
   return rank;
 }
-// 8 bytes into `slot` of the leader (rank 0), completing on its `arrived`.
-__device__ __forceinline__ void send_to_leader(uint64_t* slot, uint64_t* arrived, uint64_t v) {
-  uint32_t remote_slot, remote_barrier;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;"
-               : "=r"(remote_slot)
-               : "r"(shared_address(slot)));
-  asm volatile("mapa.shared::cluster.u32 %0, %1, 0;"
-               : "=r"(remote_barrier)
-               : "r"(shared_address(arrived)));
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" ::"r"(
-                   remote_slot),
-               "l"(v), "r"(remote_barrier)
-               : "memory");
-}
-__device__ __forceinline__ void expect_bytes(uint64_t* arrived, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(arrived)),
-      "r"(bytes)
-      : "memory");
-}
-__device__ __forceinline__ void wait_arrivals(uint64_t* arrived) {
-  uint32_t done;
-  do {
-    asm volatile(
-        "{\n"
-        "  .reg .pred p;\n"
-        "  mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-        "  selp.u32 %0, 1, 0, p;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(shared_address(arrived))
-        : "memory");
-  } while (done == 0u);
-}
-
 // T values in a 16-byte vector.
 template <typename T>
 constexpr int kVecOf = 16 / static_cast<int>(sizeof(T));
@@ -265,7 +214,7 @@ __global__ void __launch_bounds__(THREADS)
   const int tid = threadIdx.x;
   // The exchange's set-up comes first: placed after the loads it measured 0.2 us slower.
   if (rank == 0 && tid == 0) {
-    init_arrival_barrier(&arrived);
+    init_exchange(&arrived);
     expect_bytes(&arrived, static_cast<uint32_t>(ranks * kWarps * sizeof(uint64_t)));
   }
   cluster_arrive_relaxed();
@@ -329,11 +278,11 @@ __global__ void __launch_bounds__(THREADS)
   // Each warp sends its winner straight to the leader: no block barrier on the way.
   cluster_wait();  // every CTA started, and the leader's mbarrier is initialised
   if (tid % 32 == 0) {
-    send_to_leader(&warp_winners[rank * kWarps + tid / 32], &arrived,
-                   static_cast<uint64_t>(key) << 32 | index);
+    send_to_rank(&warp_winners[rank * kWarps + tid / 32], &arrived, 0,
+                 static_cast<uint64_t>(key) << 32 | index);
   }
   if (rank != 0 || tid >= 32) return;
-  wait_arrivals(&arrived);
+  wait_exchange(&arrived);
   // The winner is the largest key, then the smallest index: any grouping gives the same one.
   key = 0u;
   index = kNoIndex;
