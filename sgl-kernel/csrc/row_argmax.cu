@@ -21,9 +21,10 @@
 // cutoff - 1 (the cap goes to trim). It takes the bonus from slot `take` once that slot holds
 // this generation: every leader reads its request's slots alongside its ticket add, and as
 // the slot store is not ordered before the add, a stale slot is read again. It then writes
-// the outputs, marks slots k >= n stale (-1) and moves the ticket to the next generation. A
-// slot thus holds this generation, the previous one or -1, so a stale value is never taken
-// for a fresh one. About one round trip to L2 is the accept's critical path; no fences; the
+// the outputs and moves the ticket to the next generation. Slots k >= n, which no row of the
+// launch reads, are marked stale (-1) by the first row's leader CTA as it starts. A slot thus
+// holds this generation, the previous one or -1, so a stale value is never taken for a fresh
+// one. About one round trip to L2 is the accept's critical path; no fences; the
 // kernel stays reentrant on a stream and CUDA-graph safe.
 
 #include <cuda_bf16.h>
@@ -191,7 +192,6 @@ __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const
   a.correct[b] = capped;
   a.trim[b] = correct - capped;
   a.bonus[b] = static_cast<int64_t>(static_cast<uint32_t>(bonus));
-  for (int j = a.n; j < kMaxDraft; ++j) store_relaxed(slots + j, ~0ull);
   const unsigned long long next = (q.generation + 1u) % kGenerations;
   store_relaxed(a.tickets + b, next << kGenerationShift);
 }
@@ -245,6 +245,13 @@ __global__ void __launch_bounds__(THREADS)
   RowRequest request{};
   if constexpr (ACCEPT) {
     if (rank == 0 && tid == 0) request = read_request(a, row);
+    // Slots k >= n are never taken in this launch: the first row's leader marks them stale now,
+    // one store a thread of its second warp, off the accept's critical path (at the end, ten
+    // stores of one thread measured 0.1 us).
+    const int slot = tid - 32;
+    if (rank == 0 && row % a.n == 0 && slot >= a.n && slot < kMaxDraft) {
+      store_relaxed(a.slots + row / a.n * kMaxDraft + slot, ~0ull);
+    }
   }
   // A thread without columns keeps (-Inf, vocab - 1), which never beats a real column.
   float best = -INFINITY;
@@ -284,10 +291,13 @@ __global__ void __launch_bounds__(THREADS)
   if (rank != 0 || tid >= 32) return;
   wait_exchange(&arrived);
   // The winner is the largest key, then the smallest index: any grouping gives the same one.
+  // Unrolled over the largest cluster, with a predicate: a loop bounded by `ranks` branches.
+  // A missing slot reads as (key 0, kNoIndex), which is never taken.
   key = 0u;
   index = kNoIndex;
-  for (int slot = tid; slot < ranks * kWarps; slot += 32) {
-    const uint64_t w = warp_winners[slot];
+#pragma unroll
+  for (int slot = tid; slot < kMaxCluster * kWarps; slot += 32) {
+    const uint64_t w = slot < ranks * kWarps ? warp_winners[slot] : uint64_t{kNoIndex};
     const uint32_t k = static_cast<uint32_t>(w >> 32), i = static_cast<uint32_t>(w);
     const bool take = (k > key) | ((k == key) & (i < index));
     key = take ? k : key;
