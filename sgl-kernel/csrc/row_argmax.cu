@@ -22,7 +22,7 @@
 // this generation: every leader reads its request's slots alongside its ticket add, and as
 // the slot store is not ordered before the add, a stale slot is read again. It then writes
 // the outputs and moves the ticket to the next generation. Slots k >= n, which no row of the
-// launch reads, are marked stale (-1) by the first row's leader CTA as it starts. A slot thus
+// launch takes, are marked stale (-1) by the first row's leader CTA as it starts. A slot thus
 // holds this generation, the previous one or -1, so a stale value is never taken for a fresh
 // one. About one round trip to L2 is the accept's critical path; no fences; the
 // kernel stays reentrant on a stream and CUDA-graph safe.
@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(THREADS)
   constexpr int kVec = kVecOf<T>;
   constexpr int kWarps = THREADS / 32;
   constexpr int kChunk = THREADS * kVec * ITEMS;
+  static_assert(kMaxCluster * kWarps % 32 == 0, "the leader reads the winners 32 at a time");
   // In the leader: (key << 32 | index) of every warp of the cluster, slot rank * kWarps + warp.
   __shared__ uint64_t warp_winners[kMaxCluster * kWarps];
   __shared__ alignas(8) uint64_t arrived;
@@ -296,7 +297,8 @@ __global__ void __launch_bounds__(THREADS)
   key = 0u;
   index = kNoIndex;
 #pragma unroll
-  for (int slot = tid; slot < kMaxCluster * kWarps; slot += 32) {
+  for (int j = 0; j < kMaxCluster * kWarps / 32; ++j) {
+    const int slot = j * 32 + tid;
     const uint64_t w = slot < ranks * kWarps ? warp_winners[slot] : uint64_t{kNoIndex};
     const uint32_t k = static_cast<uint32_t>(w >> 32), i = static_cast<uint32_t>(w);
     const bool take = (k > key) | ((k == key) & (i < index));
