@@ -184,11 +184,7 @@ def main() -> None:
     for m in map(int, args.rows.split(",")):
         x, pre, weight = example_inputs(m, h, device, seed=m)
         y = torch.empty(m, h, dtype=torch.bfloat16, device=device)
-        y_fused = torch.empty_like(y)
-        quantized = Mxfp8SwizzledInput(
-            torch.empty(m, h, dtype=torch.float8_e4m3fn, device=device),
-            torch.empty(scale_buffer_size(m, h, swizzled=True), dtype=torch.uint8, device=device),
-        )
+        y_fused, quantized = preallocated(m, h, device)
 
         def combine_norm(y=y, x=x, pre=pre, weight=weight):
             return hc_combine_norm(x, pre, weight, EPS, out=y)

@@ -20,8 +20,9 @@
 #include <tvm/ffi/extra/cuda/device_guard.h>
 #include <tvm/ffi/function.h>
 
-#include <array>
 #include <cstdint>
+
+#include "tensor_view.cuh"
 
 namespace {
 
@@ -394,16 +395,11 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
 // ------------------------------------------------------------------------------------------
 // Host side.
 
-int* int32_data(const TensorView& t) {
-  return reinterpret_cast<int*>(static_cast<char*>(t.data_ptr()) + t.byte_offset());
-}
-
 void check_int32_cuda(const TensorView& t, const char* name, int64_t numel, int device_id) {
-  const DLDataType dt = t.dtype();
-  if (dt.code != kDLInt || dt.bits != 32 || dt.lanes != 1) {
+  if (!is_dtype(t, kDLInt, 32)) {
     TVM_FFI_THROW(ValueError) << name << " must be int32";
   }
-  if (t.device().device_type != kDLCUDA || t.device().device_id != device_id) {
+  if (!on_cuda_device(t, device_id)) {
     TVM_FFI_THROW(ValueError) << name << " must be on the outputs' CUDA device";
   }
   if (!t.IsContiguous() || t.numel() != numel) {
@@ -427,7 +423,7 @@ SchedParams make_params(const TensorView& metadata, const TensorView& num_splits
   const int64_t b = num_splits.size(0) - 1;
   check_int32_cuda(metadata, "tile_scheduler_metadata", parts * 8, device_id);
   check_int32_cuda(num_splits, "num_splits", b + 1, device_id);
-  if (reinterpret_cast<uintptr_t>(int32_data(metadata)) % 16 != 0) {
+  if (address(metadata) % 16 != 0) {
     TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be 16-byte aligned";
   }
   if (has_topk_length) check_int32_cuda(topk_length, "topk_length", b, device_id);
@@ -439,11 +435,11 @@ SchedParams make_params(const TensorView& metadata, const TensorView& num_splits
                                  "out of range";
   }
   SchedParams p;
-  p.metadata = int32_data(metadata);
-  p.num_splits = int32_data(num_splits);
-  p.topk_length = has_topk_length ? int32_data(topk_length) : nullptr;
-  p.extra_topk_length = has_extra_topk_length ? int32_data(extra_topk_length) : nullptr;
-  p.seqlens_k = has_seqlens_k ? int32_data(seqlens_k) : nullptr;
+  p.metadata = data_as<int>(metadata);
+  p.num_splits = data_as<int>(num_splits);
+  p.topk_length = has_topk_length ? data_as<int>(topk_length) : nullptr;
+  p.extra_topk_length = has_extra_topk_length ? data_as<int>(extra_topk_length) : nullptr;
+  p.seqlens_k = has_seqlens_k ? data_as<int>(seqlens_k) : nullptr;
   p.batch_size = static_cast<int>(b);
   p.num_sm_parts = static_cast<int>(parts);
   p.block_size_n = static_cast<int>(block_size_n);
@@ -451,10 +447,6 @@ SchedParams make_params(const TensorView& metadata, const TensorView& num_splits
   p.topk = static_cast<int>(topk);
   p.extra_topk = static_cast<int>(extra_topk);
   return p;
-}
-
-cudaStream_t env_stream(int device_id) {
-  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device_id));
 }
 
 void check_launch() {
@@ -487,7 +479,7 @@ void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView 
 }
 
 // FlashMLA-structured baseline. Its 4 * (5b + 1) bytes of shared memory need the opt-in
-// attribute past 48 KB; it is set once per device and size, off the benchmark's path.
+// attribute past 48 KB (about 2 400 requests), set once per device and size.
 void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
                                   TensorView topk_length, TensorView extra_topk_length,
                                   TensorView seqlens_k, bool has_topk_length,
@@ -502,7 +494,6 @@ void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
   const cudaStream_t stream = env_stream(device_id);
   const size_t smem_bytes = sizeof(int) * (5 * static_cast<size_t>(p.batch_size) + 1);
   if (smem_bytes > kDefaultSmemLimit) {
-    static std::array<size_t, 64> configured{};  // per device: the opt-in size already set
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id);
     if (smem_bytes > static_cast<size_t>(optin)) {
@@ -510,18 +501,8 @@ void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
                                 << " needs " << smem_bytes << " bytes of shared memory, over "
                                 << optin;
     }
-    if (device_id < 0 || device_id >= static_cast<int>(configured.size()) ||
-        configured[device_id] < smem_bytes) {
-      const cudaError_t err =
-          cudaFuncSetAttribute(sched_meta_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(smem_bytes));
-      if (err != cudaSuccess) {
-        TVM_FFI_THROW(RuntimeError) << "cudaFuncSetAttribute: " << cudaGetErrorString(err);
-      }
-      if (device_id >= 0 && device_id < static_cast<int>(configured.size())) {
-        configured[device_id] = smem_bytes;
-      }
-    }
+    set_attribute_at_least<sched_meta_warp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+        static_cast<int>(smem_bytes), device_id, "baseline_decoding_sched_meta");
   }
   sched_meta_warp_kernel<<<1, 32, smem_bytes, stream>>>(p);
   check_launch();

@@ -56,6 +56,7 @@
 
 #include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
+#include "tensor_view.cuh"
 
 namespace {
 
@@ -389,14 +390,6 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
 
 // ---- host side
 
-bool is_dtype(const TensorView& t, uint8_t code, uint8_t bits) {
-  return t.dtype().code == code && t.dtype().bits == bits && t.dtype().lanes == 1;
-}
-
-uintptr_t address(const TensorView& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) + t.byte_offset();
-}
-
 struct Checked {
   Params params;
   int device;
@@ -425,9 +418,7 @@ Checked checked_params(const TensorView& x, const TensorView& pre, const TensorV
     TVM_FFI_THROW(ValueError) << "x must have last-dim stride 1 and 16-byte aligned rows";
   }
   const int device = x.device().device_id;
-  auto on_device = [&](const TensorView& t) {
-    return t.device().device_type == kDLCUDA && t.device().device_id == device;
-  };
+  auto on_device = [&](const TensorView& t) { return on_cuda_device(t, device); };
   if (pre.ndim() != 2 || !is_dtype(pre, kDLFloat, 32) || pre.size(0) != m ||
       pre.size(1) != kStreams || !on_device(pre)) {
     TVM_FFI_THROW(ValueError) << "pre must be a float32 [" << m << ", 4] tensor on x's device";
@@ -459,12 +450,12 @@ Checked checked_params(const TensorView& x, const TensorView& pre, const TensorV
     }
   }
   Params p{};
-  p.x = reinterpret_cast<const uint16_t*>(address(x));
-  p.pre = reinterpret_cast<const float*>(address(pre));
-  p.weight = reinterpret_cast<const uint16_t*>(address(weight));
-  p.y = reinterpret_cast<uint16_t*>(address(y));
-  p.data = quantize ? reinterpret_cast<uint8_t*>(address(data)) : nullptr;
-  p.scales = quantize ? reinterpret_cast<uint8_t*>(address(scales)) : nullptr;
+  p.x = data_as<const uint16_t>(x);
+  p.pre = data_as<const float>(pre);
+  p.weight = data_as<const uint16_t>(weight);
+  p.y = data_as<uint16_t>(y);
+  p.data = quantize ? data_as<uint8_t>(data) : nullptr;
+  p.scales = quantize ? data_as<uint8_t>(scales) : nullptr;
   p.x_row_stride = x.stride(0);
   p.pre_row_stride = pre.stride(0);
   p.pre_col_stride = pre.stride(1);
@@ -547,7 +538,7 @@ void run(TensorView x, TensorView pre, TensorView weight, TensorView y, TensorVi
   }
   if (c.params.rows == 0) return;
   tvm::ffi::CUDADeviceGuard guard(c.device);
-  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, c.device));
+  const cudaStream_t stream = env_stream(c.device);
   if (quantize) {
     launch_cluster<true>(c.params, static_cast<int>(cluster), static_cast<int>(threads), items,
                          stream);

@@ -44,8 +44,9 @@
 #include <tvm/ffi/extra/cuda/device_guard.h>
 #include <tvm/ffi/function.h>
 
-#include <array>
 #include <cstdint>
+
+#include "tensor_view.cuh"
 
 namespace {
 
@@ -346,14 +347,6 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   }
 }
 
-bool is_dtype(const TensorView& t, uint8_t code, uint8_t bits) {
-  return t.dtype().code == code && t.dtype().bits == bits && t.dtype().lanes == 1;
-}
-
-uintptr_t address(const TensorView& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) + t.byte_offset();
-}
-
 // Checks every argument and returns the kernel parameters (part.size(0) slices).
 Params checked_params(const TensorView& x, const TensorView& w, const TensorView& part,
                       const TensorView& sqsum) {
@@ -371,9 +364,7 @@ Params checked_params(const TensorView& x, const TensorView& w, const TensorView
     TVM_FFI_THROW(ValueError) << "x: base and row stride must be 16-byte aligned";
   }
   const int device = x.device().device_id;
-  auto same_device = [&](const TensorView& t) {
-    return t.device().device_type == kDLCUDA && t.device().device_id == device;
-  };
+  auto same_device = [&](const TensorView& t) { return on_cuda_device(t, device); };
   if (w.ndim() != 2 || !is_dtype(w, kDLFloat, 32) || w.size(0) != kPackedCols || w.size(1) != k ||
       !w.IsContiguous() || !same_device(w) || address(w) % 16 != 0) {
     TVM_FFI_THROW(ValueError) << "w must be float32 [" << kPackedCols << ", " << k
@@ -395,10 +386,10 @@ Params checked_params(const TensorView& x, const TensorView& w, const TensorView
                               << "], contiguous, on x's device";
   }
   Params p;
-  p.x = reinterpret_cast<const __nv_bfloat16*>(address(x));
-  p.w = reinterpret_cast<const float*>(address(w));
-  p.part = reinterpret_cast<float*>(address(part));
-  p.sqsum = reinterpret_cast<float*>(address(sqsum));
+  p.x = data_as<const __nv_bfloat16>(x);
+  p.w = data_as<const float>(w);
+  p.part = data_as<float>(part);
+  p.sqsum = data_as<float>(sqsum);
   p.x_stride = x.stride(0);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
@@ -409,23 +400,14 @@ template <class S>
 void launch(const Params& p, int splits, int device) {
   if (p.m == 0) return;
   auto kernel = hc_mix_partials_kernel<S>;
-  // The opt-in above 48 KB is per function and device; set once for each.
-  static std::array<bool, 64> configured{};
-  const bool known = device >= 0 && device < static_cast<int>(configured.size());
-  if (!known || !configured[device]) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes);
-    if (err != cudaSuccess) {
-      TVM_FFI_THROW(RuntimeError) << "hc_mix_partials: " << S::kSmemBytes
-                                  << " bytes of shared memory: " << cudaGetErrorString(err);
-    }
-    if (known) configured[device] = true;
-  }
+  // The opt-in above 48 KB of shared memory.
+  set_attribute_at_least<hc_mix_partials_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      S::kSmemBytes, device, "hc_mix_partials");
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((p.m + S::kRows - 1) / S::kRows, splits, 1);
   config.blockDim = dim3(S::kThreads, 1, 1);
   config.dynamicSmemBytes = S::kSmemBytes;
-  config.stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, device));
+  config.stream = env_stream(device);
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, p);
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << "hc_mix_partials launch failed: " << cudaGetErrorString(err);

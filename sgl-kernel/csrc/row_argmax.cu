@@ -36,11 +36,11 @@
 #include <tvm/ffi/function.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 
 #include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
+#include "tensor_view.cuh"
 
 namespace {
 
@@ -314,10 +314,6 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
-const void* data_of(const TensorView& t) {
-  return static_cast<const char*>(t.data_ptr()) + t.byte_offset();
-}
-
 template <typename T, int THREADS, int ITEMS, bool ACCEPT>
 void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
                   cudaStream_t stream) {
@@ -330,23 +326,13 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
   if (cluster > kMaxCluster) {
     TVM_FFI_THROW(ValueError) << "row_argmax: " << cluster << " CTAs per row > " << kMaxCluster;
   }
-  auto kernel = row_argmax_cluster_kernel<T, THREADS, ITEMS, ACCEPT>;
-  // The attribute is per function and device: set once per device (a bit each), so the
-  // call is not repeated inside CUDA-graph capture.
-  static std::atomic<uint64_t> non_portable{0};
-  const int device = logits.device().device_id;
-  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
-  if (cluster > 8 && (bit == 0 || (non_portable.load() & bit) == 0)) {
-    cudaError_t err =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) {
-      TVM_FFI_THROW(RuntimeError) << "row_argmax: clusters of " << cluster
-                                  << " CTAs unavailable: " << cudaGetErrorString(err);
-    }
-    non_portable.fetch_or(bit);
+  constexpr auto kernel = row_argmax_cluster_kernel<T, THREADS, ITEMS, ACCEPT>;
+  if (cluster > 8) {  // clusters of 9..16 CTAs are not portable: opted into per device
+    set_attribute_at_least<kernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(
+        1, logits.device().device_id, "row_argmax");
   }
   launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster, stream,
-                     static_cast<const T*>(data_of(logits)), logits.stride(0), vocab, out, a);
+                     data_as<const T>(logits), logits.stride(0), vocab, out, a);
 }
 
 // The fewest items per thread that keep the cluster within kMaxCluster CTAs.
@@ -373,12 +359,10 @@ void launch_dtype(const TensorView& logits, int64_t* out, const AcceptParams& a,
   TVM_FFI_THROW(ValueError) << "logits must be float32, bfloat16 or float16";
 }
 
-bool is_int(const TensorView& t, int bits) {
-  return t.dtype().code == kDLInt && t.dtype().bits == bits && t.dtype().lanes == 1;
-}
+bool is_int(const TensorView& t, int bits) { return is_dtype(t, kDLInt, bits); }
 
 bool on_device_of(const TensorView& t, const TensorView& logits) {
-  return t.device().device_type == kDLCUDA && t.device().device_id == logits.device().device_id;
+  return on_cuda_device(t, logits.device().device_id);
 }
 
 bool contiguous_1d(const TensorView& t, int64_t size) {
@@ -390,21 +374,20 @@ cudaStream_t checked_stream(const TensorView& logits) {
     TVM_FFI_THROW(ValueError) << "logits must be a 2-D CUDA tensor with last-dim stride 1";
   }
   const int elem = logits.dtype().bits / 8;
-  const auto base = reinterpret_cast<uintptr_t>(data_of(logits));
-  if (base % 16 != 0 || (logits.stride(0) * elem) % 16 != 0) {
+  if (address(logits) % 16 != 0 || (logits.stride(0) * elem) % 16 != 0) {
     TVM_FFI_THROW(ValueError) << "logits rows must be 16-byte aligned";
   }
   if (logits.size(0) < 1 || logits.size(0) > 65535 || logits.size(1) < 1) {
     TVM_FFI_THROW(ValueError) << "logits must have 1..65535 non-empty rows";
   }
-  return static_cast<cudaStream_t>(TVMFFIEnvGetStream(kDLCUDA, logits.device().device_id));
+  return env_stream(logits.device().device_id);
 }
 
 int64_t* checked_out(const TensorView& out, const TensorView& logits) {
   if (!contiguous_1d(out, logits.size(0)) || !is_int(out, 64) || !on_device_of(out, logits)) {
     TVM_FFI_THROW(ValueError) << "out must be a contiguous int64 [rows] tensor on logits' device";
   }
-  return static_cast<int64_t*>(const_cast<void*>(data_of(out)));
+  return data_as<int64_t>(out);
 }
 
 }  // namespace
@@ -448,22 +431,22 @@ void accept_greedy_cluster(TensorView candidates, TensorView logits, TensorView 
   if (slots.ndim() != 1 || slots.size(0) < bs * kMaxDraft || !is_int(slots, 64) ||
       slots.stride(0) != 1 || tickets.ndim() != 1 || tickets.size(0) < bs || !is_int(tickets, 64) ||
       tickets.stride(0) != 1 || !on_device_of(slots, logits) || !on_device_of(tickets, logits) ||
-      reinterpret_cast<uintptr_t>(data_of(slots)) % 16 != 0) {
+      address(slots) % 16 != 0) {
     TVM_FFI_THROW(ValueError)
         << "slots (16-byte aligned) and tickets must be int64 workspaces of >= 16 * bs, bs";
   }
   AcceptParams a{};
-  a.candidates = data_of(candidates);
+  a.candidates = data_as<const void>(candidates);
   a.candidate_stride = candidates.stride(0);
   a.candidates_64 = is_int(candidates, 64);
-  a.cutoff = has_cutoff ? data_of(cutoff) : nullptr;
+  a.cutoff = has_cutoff ? data_as<const void>(cutoff) : nullptr;
   a.cutoff_64 = has_cutoff && is_int(cutoff, 64);
   a.n = static_cast<int>(n);
-  a.slots = static_cast<unsigned long long*>(const_cast<void*>(data_of(slots)));
-  a.tickets = static_cast<unsigned long long*>(const_cast<void*>(data_of(tickets)));
-  a.correct = static_cast<int32_t*>(const_cast<void*>(data_of(correct)));
-  a.bonus = static_cast<int64_t*>(const_cast<void*>(data_of(bonus)));
-  a.trim = static_cast<int32_t*>(const_cast<void*>(data_of(trim)));
+  a.slots = data_as<unsigned long long>(slots);
+  a.tickets = data_as<unsigned long long>(tickets);
+  a.correct = data_as<int32_t>(correct);
+  a.bonus = data_as<int64_t>(bonus);
+  a.trim = data_as<int32_t>(trim);
   launch_dtype<true>(logits, nullptr, a, stream);
 }
 

@@ -378,19 +378,15 @@ def test_gpu_dense(parts):
         run_all_three(case | dict(fixed_overhead_num_blocks=5))
 
 
-def staged_batch_limit(parts: int) -> int:
-    """Largest batch whose staging fits the kernel's 48 KB of shared memory (see the .cu).
-
-    The staging no longer depends on the partition count (48 + 4 * (3b + 1) bytes).
-    """
-    del parts
-    return (48 * 1024 - 52) // 12
+# Largest batch whose staging fits the kernel's 48 KB of shared memory (see the .cu): the
+# staging is 48 + 4 * (3b + 1) bytes, whatever the partition count.
+STAGED_BATCH_LIMIT = (48 * 1024 - 52) // 12
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("parts", [132, 22])
 def test_gpu_large_batches_and_past_shared_memory(parts):
-    limit = staged_batch_limit(parts)
+    limit = STAGED_BATCH_LIMIT
     optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
     rng = random.Random(parts)
     for b in (65, 255, 256, 257, 1000, 4096, limit, limit + 1, 16384):

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
@@ -72,7 +73,6 @@ from dsv41_kernels.ops.quantization.mxfp8_quantize import (
 from dsv41_kernels.reference.mhc import HC_MULT
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
 
 MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
 
@@ -398,7 +398,7 @@ def launch(
         y.stride(0),
         q.stride(0),
         H=h,
-        EPS=torch.tensor(eps, dtype=torch.float32).item(),
+        EPS=float(np.float32(eps)),  # eps as the fp32 the kernel uses
         HEAD_BLOCKS=head,
         TAIL_BLOCKS=tail,
         PADDED_COLS=padded_cols,
@@ -493,9 +493,7 @@ def hc_combine_norm_mxfp8(
         _launch_kernel(x, pre, weight, eps, y, quantized, _variant)
     else:
         y.copy_(reference_hc_combine_norm(x, pre, weight, eps))
-        data, scales = reference_mxfp8_quantize(y, swizzled=True)
-        quantized.data.copy_(data)
-        quantized.scales.copy_(scales)
+        quantize_into(y, quantized.data, quantized.scales, swizzled=True)
     return y, quantized
 
 

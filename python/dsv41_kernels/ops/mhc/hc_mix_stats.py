@@ -310,21 +310,19 @@ def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = Fals
     """
     if path == "batch_invariant":
         return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
+    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
     if cuda and path == "compensated":
         fill = 2 * num_sms // max(1, triton.cdiv(m, CUDA_ROWS_PER_CTA))
         splits = max(1, min(fill, 128, k // 64))
-        finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
         return SplitKConfig(CUDA_ROWS_PER_CTA, 64, splits, 8, 4, finish_rows)
     block_k = 64
     if path == "small_row":  # small tiles, two programs per SM
         block_m = min(max(triton.next_power_of_2(m), 16), 64)
         fill = 2 * num_sms // max(1, triton.cdiv(m, block_m))
         splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-        finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
         return SplitKConfig(block_m, block_k, splits, 4, 3, finish_rows)
     fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
     splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
     return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
 
 

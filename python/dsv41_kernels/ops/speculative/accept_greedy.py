@@ -31,6 +31,7 @@ from dsv41_kernels.ops.speculative.row_argmax import (
     row_argmax_admission,
     uses_cluster_kernel,
 )
+from dsv41_kernels.workspace import device_workspace
 
 MAX_DRAFT_ROWS = 64  # n: the accept epilogue holds [bs, n] in one block's registers
 CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
@@ -64,26 +65,18 @@ def accept_greedy_admission(
     return admit(f"one {kernel} launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
 
 
-_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
 def cluster_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The CUDA accept's per-device slots (int64 [16 * bs], made as -1) and request tickets
-    (int64 [bs], made as 0), made once outside any CUDA-graph capture; only the kernel changes
-    them afterwards. Like the Triton kernel's workspace they must be used stream-ordered (not
-    from two streams of one device at once)."""
-    ws = _workspaces.get(device)
-    if ws is None:
-        if torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "accept_greedy: its workspace is made on the first call, which must not be "
-                "inside CUDA-graph capture; call accept_greedy once before capturing"
-            )
-        ws = _workspaces[device] = (
-            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=device),
-            torch.zeros(MAX_ROWS, dtype=torch.int64, device=device),
-        )
-    return ws
+    (int64 [bs], made as 0): see :func:`dsv41_kernels.workspace.device_workspace` (made before
+    capture, stream-ordered, like the Triton kernel's)."""
+    return device_workspace(
+        "accept_greedy",
+        device,
+        lambda d: (
+            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=d),
+            torch.zeros(MAX_ROWS, dtype=torch.int64, device=d),
+        ),
+    )
 
 
 def _validate(candidates, logits, cutoff_verify_lens, out):

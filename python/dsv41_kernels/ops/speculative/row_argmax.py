@@ -35,6 +35,7 @@ import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
 from dsv41_kernels.jit import load_module, sm_major, toolchain_available
+from dsv41_kernels.workspace import device_workspace
 
 MIN_VOCAB = 4096
 MAX_ROWS = 1024  # rows one launch may reduce: the size of the per-device slot workspace
@@ -179,25 +180,17 @@ def row_argmax_kernel(
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
 
 
-_workspaces: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
 def workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The per-device slots and ticket (8 KiB), made once outside any CUDA-graph capture.
-
-    Launches on one device share them, so they must be stream-ordered: concurrent row
-    argmaxes on two streams of one device are not supported.
-    """
-    ws = _workspaces.get(device)
-    if ws is None:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                "row_argmax: its workspace is made on the first call, which must not be inside "
-                "CUDA-graph capture; call row_argmax (or accept_greedy) once before capturing"
-            )
-        slots = torch.full((MAX_ROWS,), _EMPTY_SLOT, dtype=torch.int64, device=device)
-        ws = _workspaces[device] = (slots, torch.zeros(1, dtype=torch.int32, device=device))
-    return ws
+    """The Triton kernel's per-device slots and ticket (8 KiB): see
+    :func:`dsv41_kernels.workspace.device_workspace` (made before capture, stream-ordered)."""
+    return device_workspace(
+        "row_argmax",
+        device,
+        lambda d: (
+            torch.full((MAX_ROWS,), _EMPTY_SLOT, dtype=torch.int64, device=d),
+            torch.zeros(1, dtype=torch.int32, device=d),
+        ),
+    )
 
 
 def launch_config(rows: int, vocab: int) -> tuple[int, int, int]:
