@@ -1,186 +1,162 @@
-"""The ops this project replaces, in the order and count of one DeepSeek-V4.1-Flash DSpark
-verify cycle at BS=1, each arm captured in one CUDA graph: baseline vs ours.
+"""One DeepSeek-V4.1-Flash DSpark verify cycle at BS=1: stock SGLang 0.5.23 against the plugin.
 
-One cycle (anchors.md): one greedy accept over the ``[6, 129280]`` fp32 verify logits; 40
-layers of mHC combine+norm followed by the MXFP8 quantizer (6 rows, H = 5120); four FlashMLA
-scheduler-metadata launches (6 query rows, 64 heads); 40 vision routers (6 tokens, 384
-experts, top-6) followed by the id packing. Both arms use dsv41_kernels only:
+Every op is driven through SGLang's own call site, as its call chain dispatches it on the GPU
+at hand, with verify-time shapes (q rows 6 = DSpark block 5 + 1, H = 5120, vocab 129280):
 
-========================  ============================================  ==========================
-op                        baseline                                      ours
-========================  ============================================  ==========================
-greedy accept             torch.argmax + the accept rule in torch ops   one-launch accept_greedy
-combine+norm -> MXFP8     hc_combine_norm, then mxfp8_quantize          hc_combine_norm_mxfp8
-scheduler metadata        baseline_decoding_sched_meta (FlashMLA's      decoding_sched_meta
-                          one-thread walk)                              (block-parallel)
-vision router -> packed   moe_fused_gate, then pack_topk                moe_fused_gate(packed_out)
-========================  ============================================  ==========================
+==========================  =======  ===========================================================
+call site                   /cycle   where the count comes from
+==========================  =======  ===========================================================
+``AcceptGreedy.execute``        1    DSpark's static verify epilogue, once per verify
+                                     (``_accept_static_greedy`` -> ``_accept``), V4.1:
+                                     ``fused_argmax=True``
+``deepseek_v4_mhc.mix_stats``  80    2 hyper-connections (attn_hc, ffn_hc) x 40 layers; at 6 rows
+                                     on SM90 on the caller's stream (``use_stats_stream`` is
+                                     false for a 6-row verify on SM90)
+``deepseek_v4_mhc.combine``    79    2L - 1: every hyper-connection but the first sublayer's
+                                     (no ``pre`` there); on Hopper no post leaves normed rows
+FlashMLA decode + schedule      3    one schedule per FlashMLA metadata object per step, filled
+                                     by the first layer that uses it (c0, c4, c128: the compress
+                                     ratios of DeepSeek-V4's layers; the published GB300 figure
+                                     counts 4), q ``[6, 1, 64, 512]``: b = 6, s_q = 1
+``vision_topk``                40    one router per MoE layer of a checkpoint with a vision tower
+==========================  =======  ===========================================================
 
-Every layer has its own inputs and outputs (preallocated), so the cycle reads what a real
-one reads. Prints the saving per verify cycle in µs, in total and per op (each op group also
-timed alone, the same way), and with ``--json PATH`` writes the records.
+Arms: ``sglang-0.5.23`` runs each call site with our hooks taken out (SGLang's functions, as a
+server without the plugin runs them); ``dsv41-kernels`` runs the same call sites with the plugin
+on, as it decides by default (a hook that measured slower declines: the router). Each group and
+the whole cycle are captured in one CUDA graph each and timed by replay (median); the saving
+per cycle is printed per call site and in total. The FlashMLA rows include the sparse decode
+itself in both arms (the schedule is computed inside FlashMLA's call when SGLang leaves it
+empty, as on SM90), so their difference is the scheduler's saving.
 
-    python benchmark/verify_cycle.py --json $OUT/verify_cycle.json
+Run from the repository root where SGLang 0.5.23 imports (benchmark/sglang_env on the H200):
+
+    python -m benchmark.verify_cycle --json $OUT/verify_cycle.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from pathlib import Path
 
 import torch
+from test.sglang import callers
 
-try:
-    import dsv41_kernels  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    import dsv41_kernels  # noqa: F401
-
-from dsv41_kernels.ops.attention.decoding_sched_meta import (
-    BLOCK_SIZE_N,
-    baseline_decoding_sched_meta,
-    decoding_sched_meta,
-    device_sched_config,
-)
-from dsv41_kernels.ops.layernorm.hc_combine_norm import (
-    example_inputs,
-    hc_combine_norm,
-    hc_combine_norm_mxfp8,
-)
-from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, pack_topk
-from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
-from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_torch
-from dsv41_kernels.reference.mxfp8 import scale_buffer_size
 from dsv41_kernels.timing import graph_time_us
 
-# DeepSeek-V4.1-Flash at BS=1 with DSpark block 5 (anchors.md).
-VERIFY_ROWS = 6
-VOCAB = 129280
 LAYERS = 40
-HIDDEN = 5120
-EPS = 1e-6
-SCHED_LAUNCHES = 4
-HEADS = 64
-INDEX_TOPK = 512
-EXPERTS = 384
-TOP_K = 6
-IMAGE_TOKEN_ID = 129264
+MIX_STATS_PER_CYCLE = 2 * LAYERS
+COMBINES_PER_CYCLE = 2 * LAYERS - 1
+SCHEDULES = ((128, 0), (128, 512), (128, 64))  # (SWA top-k, extra top-k): c0, c4, c128
+ARMS = ("sglang-0.5.23", "dsv41-kernels")
 
 
 def accept_group(device):
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
     gen = torch.Generator().manual_seed(0)
-    logits = torch.randn(VERIFY_ROWS, VOCAB, generator=gen).to(device)
-    predict = torch.argmax(logits, -1)
-    candidates = torch.cat([predict[:1], predict[:-1]]).view(1, VERIFY_ROWS)
-    candidates[0, 4] += 1  # three draft tokens accepted, then a rejection
-    out = (
-        torch.empty(1, dtype=torch.int32, device=device),
-        torch.empty(1, dtype=torch.int64, device=device),
-        torch.empty(1, dtype=torch.int32, device=device),
+    logits = callers.verify_logits(gen, 1, 129280, nan=False).to(device)
+    candidates = callers.draft_candidates(logits, 1, gen)
+    kwargs = dict(
+        candidates=candidates,
+        target_logits=logits,
+        verify_num_draft_tokens=callers.VERIFY_ROWS,
+        fused_argmax=True,
     )
-    check = (accept_greedy(candidates, logits), accept_greedy_torch(candidates, logits))
-    if not all(torch.equal(a, b) for a, b in zip(*check, strict=True)):
-        raise AssertionError("accept_greedy differs from the torch.argmax-based accept")
-    return (
-        lambda: accept_greedy_torch(candidates, logits, None, out),
-        lambda: accept_greedy(candidates, logits, out=out),
-    )
+    run = lambda: dspark_accept.AcceptGreedy.execute(**kwargs)
+    return run, (dspark_accept, ("accept_greedy_triton", "accept_greedy")), "[6, 129280] fp32"
 
 
-def combine_group(device):
-    layers = []
-    for layer in range(LAYERS):
-        x, pre, weight = example_inputs(VERIFY_ROWS, HIDDEN, device, seed=layer)
-        y = torch.empty(VERIFY_ROWS, HIDDEN, dtype=torch.bfloat16, device=device)
-        quantized = Mxfp8SwizzledInput(
-            torch.empty(VERIFY_ROWS, HIDDEN, dtype=torch.float8_e4m3fn, device=device),
-            torch.empty(
-                scale_buffer_size(VERIFY_ROWS, HIDDEN, swizzled=True),
-                dtype=torch.uint8,
-                device=device,
-            ),
-        )
-        layers.append((x, pre, weight, y, quantized))
+def mhc_layers(device):
+    gen = torch.Generator().manual_seed(1)
+    return [callers.v41_decoder_layer(gen, device, layer_id=i) for i in range(LAYERS)]
 
-    def baseline():
-        for x, pre, weight, y, _ in layers:
-            mxfp8_quantize(hc_combine_norm(x, pre, weight, EPS, out=y))
 
-    def ours():
-        for x, pre, weight, y, quantized in layers:
-            hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, quantized))
+def mix_stats_group(device, layers):
+    from sglang.srt.models import deepseek_v4_mhc as mhc
 
-    return baseline, ours
+    gen = torch.Generator().manual_seed(2)
+    calls = []
+    for layer in layers:
+        for hc in (layer.attn_hc, layer.ffn_hc):
+            x = torch.randn(callers.VERIFY_ROWS, 4, callers.HIDDEN, generator=gen)
+            calls.append((hc, x.bfloat16().to(device)))
+
+    def run():
+        for hc, x in calls:
+            mhc.mix_stats(hc, x)
+
+    return run, (mhc, ("_mix_stats_impl",)), f"{len(calls)} x [6, 4, 5120] bf16"
+
+
+def combine_group(device, layers):
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    gen = torch.Generator().manual_seed(3)
+    sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
+    calls = []
+    for hc in sublayers[1 : COMBINES_PER_CYCLE + 1]:
+        x = torch.randn(callers.VERIFY_ROWS, 4, callers.HIDDEN, generator=gen).bfloat16()
+        pre = torch.rand(callers.VERIFY_ROWS, 4, generator=gen) + 0.1
+        calls.append((hc, x.to(device), pre.to(device)))
+
+    def run():
+        for hc, x, pre in calls:
+            mhc.combine(hc, mhc.HcState(x, pre))
+
+    return run, (mhc, ("_combine",)), f"{len(calls)} x [6, 4, 5120] bf16"
 
 
 def sched_group(device):
-    parts, overhead = device_sched_config(device, s_q=VERIFY_ROWS, h_q=HEADS)
-    gen = torch.Generator().manual_seed(1)
-    launches = []
-    for _ in range(SCHED_LAUNCHES):
-        lengths = torch.randint(1, INDEX_TOPK + 1, (1,), generator=gen, dtype=torch.int32)
-        meta = torch.empty(parts, 8, dtype=torch.int32, device=device)
-        splits = torch.empty(2, dtype=torch.int32, device=device)
-        launches.append((meta, splits, lengths.to(device)))
-    schedule = dict(block_size_n=BLOCK_SIZE_N, fixed_overhead_num_blocks=overhead, topk=INDEX_TOPK)
+    decoder = callers.flashmla_decoder()
+    caches = callers.v4_caches()
+    steps = [
+        callers.make_step(
+            caches, b=callers.VERIFY_ROWS, topk=topk, extra_topk=extra, mode="random", seed=i
+        )
+        for i, (topk, extra) in enumerate(SCHEDULES)
+    ]
 
-    def run(kernel):
-        for meta, splits, lengths in launches:
-            kernel(meta, splits, topk_length=lengths, **schedule)
+    def run():
+        for step in steps:  # a fresh metadata object per step, as after graph warm-up
+            metadata = decoder.backend._create_flashmla_metadata()
+            callers.sglang_decode(decoder, step, metadata, ours=True)
 
-    return (lambda: run(baseline_decoding_sched_meta), lambda: run(decoding_sched_meta))
+    shape = "b 6, s_q 1, 64 heads, top-k " + " / ".join(f"{t}+{e}" for t, e in SCHEDULES)
+    return run, (decoder.backend, ("_maybe_precompute_flashmla_sched_meta",)), shape
 
 
 def router_group(device):
-    layers = []
-    for layer in range(LAYERS):
-        gen = torch.Generator().manual_seed(100 + layer)
-        logits = torch.randn(VERIFY_ROWS, EXPERTS, generator=gen).to(device)
-        bias = (0.1 * torch.randn(EXPERTS, generator=gen)).to(device)
-        bias_alt = (0.1 * torch.randn(EXPERTS, generator=gen)).to(device)
-        ids = torch.randint(0, 1000, (VERIFY_ROWS,), generator=gen)
-        ids[::2] = IMAGE_TOKEN_ID
-        outputs = (
-            torch.empty(VERIFY_ROWS, TOP_K, dtype=torch.float32, device=device),
-            torch.empty(VERIFY_ROWS, TOP_K, dtype=torch.int32, device=device),
-            torch.empty(VERIFY_ROWS, TOP_K, dtype=torch.int32, device=device),
-        )
-        layers.append((logits, bias, bias_alt, ids.to(device), outputs))
+    from sglang.srt.models import deepseek_v2
 
-    def route(layer, packed):
-        logits, bias, bias_alt, ids, (weights, topk_ids, packed_ids) = layer
-        return moe_fused_gate(
-            logits,
-            bias,
-            bias_alt=bias_alt,
-            input_ids=ids,
-            image_token_id=IMAGE_TOKEN_ID,
-            top_k=TOP_K,
-            routed_scaling_factor=1.5,
-            packed_out=packed_ids if packed else None,
-            out_weights=weights,
-            out_ids=topk_ids,
-        )
+    gen = torch.Generator().manual_seed(4)
+    calls = []
+    for _ in range(LAYERS):
+        # No packed ids on Hopper: their only consumer is the FlashInfer MXFP4 runner (Blackwell).
+        moe = callers.vision_moe(gen, device)
+        ids = torch.randint(0, 129000, (callers.VERIFY_ROWS,), generator=gen)
+        ids[::2] = callers.IMAGE_TOKEN_ID
+        logits = torch.randn(callers.VERIFY_ROWS, callers.EXPERTS, generator=gen)
+        calls.append((moe, logits.to(device), ids.to(device)))
 
-    def baseline():
-        for layer in layers:
-            pack_topk(*route(layer, packed=False)[::-1])
+    def run():
+        for moe, logits, ids in calls:
+            deepseek_v2.vision_topk(moe, logits, ids)
 
-    def ours():
-        for layer in layers:
-            route(layer, packed=True)
-
-    return baseline, ours
+    return run, (deepseek_v2, ("vision_topk",)), "40 x T 6, E 384, top-6"
 
 
-GROUPS = (
-    ("greedy accept [6, 129280]", 1, accept_group),
-    ("combine+norm -> MXFP8 (m=6, H=5120)", LAYERS, combine_group),
-    ("FlashMLA scheduler metadata", SCHED_LAUNCHES, sched_group),
-    ("vision router -> packed ids (T=6, E=384)", LAYERS, router_group),
-)
+def with_sglang_functions(run, patch):
+    """``run`` with SGLang's own functions in place of our hooks (the plugin off)."""
+    module, names = patch
+
+    def sglang_run():
+        with callers.sglang_functions(module, *names):
+            return run()
+
+    return sglang_run
 
 
 def main() -> None:
@@ -189,48 +165,73 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed graph replays")
     args = parser.parse_args()
     if not torch.cuda.is_available():
-        sys.exit("verify_cycle.py needs a CUDA GPU")
+        sys.exit("verify_cycle needs a CUDA GPU")
+    os.environ.setdefault("SGLANG_PLUGINS", "dsv41_kernels")
+    from test.sglang.cpu_import import import_sglang
+
+    import_sglang()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
     device = torch.device("cuda")
-    arms = [(name, count, *build(device)) for name, count, build in GROUPS]
-
-    def cycle(arm):  # arm 0: baseline, 1: ours
-        def run():
-            for group in arms:
-                group[2 + arm]()
-
-        return run
-
-    # One whole cycle per graph (inner=1): ~170 launches, so launch gaps are as in a real one.
-    records = []
-    for name, count, baseline, ours in arms:
+    name = torch.cuda.get_device_name()
+    layers = mhc_layers(device)
+    groups = [
+        ("greedy accept", 1, *accept_group(device)),
+        ("mHC mix_stats", MIX_STATS_PER_CYCLE, *mix_stats_group(device, layers)),
+        ("mHC combine + RMSNorm", COMBINES_PER_CYCLE, *combine_group(device, layers)),
+        ("FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
+        ("vision router", LAYERS, *router_group(device)),
+    ]
+    records, runnable = [], []
+    for op, count, run, patch, shape in groups:
+        arms = {"sglang-0.5.23": with_sglang_functions(run, patch), "dsv41-kernels": run}
+        times = {}
+        for arm, fn in arms.items():
+            try:
+                times[arm] = graph_time_us(fn, inner=1, repeats=args.repeats)
+            except Exception as e:  # e.g. SGLang's tilelang Sinkhorn where tilelang is absent
+                times[arm] = None
+                print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
+            records.append(
+                {
+                    "op": op,
+                    "shape": shape,
+                    "arm": arm,
+                    "us": times[arm],
+                    "device": name,
+                    "per_cycle": count,
+                }  # fmt: skip
+            )
+        if all(t is not None for t in times.values()):
+            runnable.append(arms)
+    whole = {
+        arm: graph_time_us(lambda arm=arm: [g[arm]() for g in runnable], inner=1,
+                           repeats=args.repeats)
+        for arm in ARMS
+    }  # fmt: skip
+    for arm in ARMS:
         records.append(
-            {
-                "op": name,
-                "per_cycle": count,
-                "baseline_us": graph_time_us(baseline, inner=1, repeats=args.repeats),
-                "ours_us": graph_time_us(ours, inner=1, repeats=args.repeats),
-            }
-        )
-    records.append(
-        {
-            "op": "verify cycle (all of the above, one graph)",
-            "per_cycle": 1,
-            "baseline_us": graph_time_us(cycle(0), inner=1, repeats=args.repeats),
-            "ours_us": graph_time_us(cycle(1), inner=1, repeats=args.repeats),
-        }
-    )
-    for r in records:
-        r["saving_us"] = r["baseline_us"] - r["ours_us"]
-    print(f"{torch.cuda.get_device_name()}, DeepSeek-V4.1-Flash verify cycle at BS=1")
-    print(f"{'op':<44} {'x':>3} {'baseline us':>12} {'ours us':>9} {'saving us/cycle':>16}")
-    for r in records:
+            {"op": "verify cycle (the groups above that ran in both arms, one graph)",
+             "shape": "-", "arm": arm, "us": whole[arm], "device": name, "per_cycle": 1}
+        )  # fmt: skip
+    from dsv41_kernels.sglang_plugin import fire_counts
+
+    print(f"{name}, DeepSeek-V4.1-Flash verify cycle at BS=1, per-cycle counts from the call chain")
+    print(f"{'call site':<62} {'x':>3} {'sglang-0.5.23':>14} {'dsv41-kernels':>14} {'saving':>8}")
+    for i in range(0, len(records), 2):
+        base, ours = records[i], records[i + 1]
+        saving = "-" if None in (base["us"], ours["us"]) else f"{base['us'] - ours['us']:8.2f}"
+        fmt = lambda us: "not run" if us is None else f"{us:.2f}"
         print(
-            f"{r['op']:<44} {r['per_cycle']:>3} {r['baseline_us']:>12.2f} "
-            f"{r['ours_us']:>9.2f} {r['saving_us']:>16.2f}"
+            f"{base['op'][:62]:<62} {base['per_cycle']:>3} {fmt(base['us']):>14} "
+            f"{fmt(ours['us']):>14} {saving:>8}"
         )
+    print(f"fire counts (captures and eager calls): {json.dumps(fire_counts())}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(), "records": records}, f, indent=2)
+            json.dump({"device": name, "records": records, "fire_counts": fire_counts()}, f,
+                      indent=2)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -70,22 +70,17 @@ struct alignas(16) Record {  // stored as two 16-byte vectors
 __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
   extern __shared__ int warp_smem[];
   const int b = p.batch_size;
-  // FlashMLA's shared arrays in its order. first_block[b], read for the partitions left over
-  // once the walk is done, is last_block[0]: that is the value FlashMLA's records carry.
+  // FlashMLA's shared arrays in its order (sgl-flash-mla 1.0.0's scheduler: three).
   int* num_blocks = warp_smem;
   int* splits = num_blocks + b;
   int* s_k = splits + b + 1;
-  int* first_block = s_k + b;
-  int* last_block = first_block + b;
 
   const int lane = threadIdx.x;
   int total = 0;
   for (int i = lane; i < b; i += 32) {
     const int tokens = request_tokens(p, i);
     s_k[i] = tokens;
-    first_block[i] = 0;
-    last_block[i] = last_block_of(tokens, p.block_size_n);
-    num_blocks[i] = last_block[i] + 1;
+    num_blocks[i] = last_block_of(tokens, p.block_size_n) + 1;
     total += num_blocks[i] + p.fixed_overhead;
   }
   for (int offset = 16; offset > 0; offset /= 2)
@@ -100,7 +95,7 @@ __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
     for (int part = 0; part < p.num_sm_parts; ++part) {
       Record rec;
       rec.begin_req_idx = req;
-      rec.begin_block_idx = blk + first_block[req];
+      rec.begin_block_idx = blk;
       rec.begin_split_idx = nsplit;
       rec.is_first_req_splitted = blk != 0;
       int rem = payload;
@@ -123,13 +118,13 @@ __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
       }
       if (blk > 0) {
         rec.end_req_idx = req;
-        rec.end_block_idx = blk + first_block[req];
+        rec.end_block_idx = blk;
       } else {
         rec.end_req_idx = req - 1;
-        rec.end_block_idx = s_k[req - 1] == 0 ? 0 : last_block[req - 1] + 1;
+        rec.end_block_idx = s_k[req - 1] == 0 ? 0 : num_blocks[req - 1];
       }
       const int e = rec.end_req_idx;
-      rec.is_last_req_splitted = rec.end_block_idx != last_block[e] + 1 && s_k[e] != 0;
+      rec.is_last_req_splitted = rec.end_block_idx != num_blocks[e] && s_k[e] != 0;
       if (rec.begin_req_idx == rec.end_req_idx) {
         const int split = rec.is_first_req_splitted | rec.is_last_req_splitted;
         rec.is_first_req_splitted = rec.is_last_req_splitted = split;
@@ -284,7 +279,7 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(Sch
       lo = make_int4(begin_req, end_req, begin_block, end_blk);
       hi = make_int4(begin_split, first_split, last_split, 0);
     } else {  // left over: FlashMLA's values once the walk is done
-      lo = make_int4(b, b - 1, max(end_block[0], 1) - 1, end_block[b - 1]);
+      lo = make_int4(b, b - 1, 0, end_block[b - 1]);
       hi = make_int4(0, 0, 0, 0);
     }
     out[2 * part] = lo;
@@ -298,9 +293,8 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_closed_form_kernel(Sch
 struct alignas(16) InPlaceSummary {
   int warp_total[kWarps];
   int walked;           // partitions the walk visited; the rest are left over
-  int last_block0;      // last_block[0]: begin_block_idx of every left-over partition
   int final_end_block;  // end_block_idx of every left-over partition
-  int unused;
+  int unused[2];
 };
 
 // Batches too large to stage in shared memory: the walk itself, on one thread, staged in the
@@ -327,7 +321,6 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
     int num_blocks_cur = max(end_cur, 1);
     int end_next = stage[1];  // read ahead: the walk overwrites stage[req + 1] before moving on
     int end_done = 0;         // end block of the last finished request
-    summary.last_block0 = num_blocks_cur - 1;
     int part = 0;
     while (part < parts) {
       const int4 begin = make_int4(req, blk, nsplit, 0);
@@ -383,7 +376,7 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
       lo = make_int4(begin.x, end_req, begin.y, end_block);
       hi = make_int4(begin.z, first_split, last_split, 0);
     } else {
-      lo = make_int4(b, b - 1, summary.last_block0, summary.final_end_block);
+      lo = make_int4(b, b - 1, 0, summary.final_end_block);
       hi = make_int4(0, 0, 0, 0);
     }
     out[2 * part] = lo;
@@ -478,7 +471,7 @@ void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView 
   check_launch();
 }
 
-// FlashMLA-structured baseline. Its 4 * (5b + 1) bytes of shared memory need the opt-in
+// FlashMLA-structured baseline. Its 4 * (3b + 1) bytes of shared memory need the opt-in
 // attribute past 48 KB (about 2 400 requests), set once per device and size.
 void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
                                   TensorView topk_length, TensorView extra_topk_length,
@@ -492,7 +485,7 @@ void baseline_decoding_sched_meta(TensorView metadata, TensorView num_splits,
   const int device_id = metadata.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device_id);
   const cudaStream_t stream = env_stream(device_id);
-  const size_t smem_bytes = sizeof(int) * (5 * static_cast<size_t>(p.batch_size) + 1);
+  const size_t smem_bytes = sizeof(int) * (3 * static_cast<size_t>(p.batch_size) + 1);
   if (smem_bytes > kDefaultSmemLimit) {
     int optin = 0;
     cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_id);

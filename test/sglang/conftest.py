@@ -47,3 +47,13 @@ def plugin(sglang):
             "entry point is not installed in this environment (pip install -e .)"
         )
     return sglang_plugin
+
+
+@pytest.fixture
+def fired(plugin):
+    """``fired()`` -> the plugin's fire counts since this test started."""
+    from dsv41_kernels.sglang_plugin import dispatch
+
+    dispatch.reset()
+    yield dispatch.fire_counts
+    dispatch.reset()

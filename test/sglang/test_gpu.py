@@ -1,116 +1,198 @@
-"""GPU tier: the hooked SGLang call sites on CUDA tensors (the H200), where SGLang imports.
+"""GPU tier: each hook inside SGLang 0.5.23's own caller on CUDA tensors (the H200).
 
-Skipped with the reason when there is no CUDA device, or when SGLang does not import in the
-GPU environment (the ``sglang`` fixture says why). SGLang's originals that need its compiled
-kernel packages are compared only where those import.
+The callers (``test/sglang/callers.py``) are SGLang's: DSpark's verify epilogue, the mHC
+``combine`` / ``mix_stats`` of a DeepSeek-V4.1 decoder layer after SGLang's post-load step,
+the model's ``vision_topk`` binding with a real ``MoEGate``. SGLang's own result comes from the
+same caller with our hooks taken out. Each test asserts through the plugin's fire counts which
+function ran. The scheduler hook, inside FlashMLA itself, is ``test_gpu_flashmla.py``.
 """
 
 from __future__ import annotations
 
-import types
-
 import pytest
 import torch
 
+from test.sglang import callers
+
 pytestmark = pytest.mark.gpu
 
+VOCAB = 129280
+ACCEPT_HOOK = "accept.accept_greedy_triton"
 
-def test_accept_on_gpu_equals_sglang(plugin):
+
+# ---------------------------------------------------------------------------------------------
+# 1. greedy accept: DsparkVerifyEpilogue -> AcceptGreedy.execute -> accept_greedy_triton
+
+
+def accept_case(bs, seed, *, nan):
+    gen = torch.Generator().manual_seed(seed)
+    logits = callers.verify_logits(gen, bs, VOCAB, nan=nan).cuda()
+    return callers.StaticVerifyStep(callers.draft_candidates(logits, bs, gen), logits)
+
+
+def sglang_accept(step, *, fused_argmax):
+    """The same epilogue with SGLang's functions: ``fused_argmax`` (what it runs for V4.1) or
+    torch.argmax (the composition the accept rule is defined over)."""
     from sglang.kernels.ops.speculative.dspark import dspark_accept
 
-    gen = torch.Generator().manual_seed(0)
-    bs, n, vocab = 1, 6, 129280
-    for case in range(50):
-        logits = torch.randn(bs * n, vocab, generator=gen)
-        if case % 5 == 0:
-            logits[case % n, (case * 7919) % vocab] = float("nan")
-        if case % 7 == 0:
-            logits[:, 100] = logits.max() + 1  # ties at the row maximum
-            logits[:, 200] = logits.max()
-        logits = logits.cuda()
-        predict = torch.argmax(logits, -1).view(bs, n)
-        candidates = torch.cat([predict[:, :1], predict[:, :-1]], 1)
-        candidates[:, 1 + case % (n - 1)] += case % 2
-        cutoff = torch.full((bs,), 1 + case % n, dtype=torch.int32, device="cuda")
-        for cut in (None, cutoff):
-            kwargs = dict(
-                candidates=candidates,
-                target_logits=logits,
-                verify_num_draft_tokens=n,
-                cutoff_verify_lens=cut,
-            )
-            ours = dspark_accept.AcceptGreedy.execute(**kwargs)  # CUDA: accept_greedy_triton
-            theirs = dspark_accept.accept_greedy.__wrapped__(**kwargs)  # torch.argmax rule
-            for o, t in zip(ours, theirs, strict=True):
-                assert torch.equal(o, t.to(o.dtype))
+    with callers.sglang_functions(dspark_accept, "accept_greedy", "accept_greedy_triton"):
+        epilogue = callers.verify_epilogue(step.batch.batch_size, "cuda", fused_argmax=fused_argmax)
+        return step.run(epilogue)
 
 
-@pytest.mark.skipif(
-    torch.cuda.is_available() and torch.cuda.get_device_capability()[0] not in (9, 10),
-    reason="FlashMLA's sparse decode runs on SM90/SM100 only",
-)
-def test_sched_meta_on_gpu_fills_schedule(plugin):
-    from sglang.srt.layers.attention import deepseek_v4_backend as backend
-
-    from dsv41_kernels.ops.attention.decoding_sched_meta import device_sched_config
-    from dsv41_kernels.reference import decoding_sched_meta as reference
-
-    for b, s_q, topk in ((1, 6, 512), (8, 1, 2048), (64, 1, 512)):
-        q = torch.zeros(b, s_q, 64, 512, device="cuda", dtype=torch.bfloat16)
-        lengths = torch.randint(0, topk + 1, (b,), dtype=torch.int32, device="cuda")
-        metadata = types.SimpleNamespace(tile_scheduler_metadata=None, num_splits=None)
-        backend._maybe_precompute_flashmla_sched_meta(
-            metadata,
-            q=q,
-            indices=torch.zeros(b, s_q, topk, dtype=torch.int32, device="cuda"),
-            topk_length=lengths,
-            extra_indices=None,
-            extra_topk_length=None,
-        )
-        parts, overhead = device_sched_config(q.device, s_q=s_q, h_q=64)
-        meta, splits = reference(
-            batch_size=b,
-            num_sm_parts=parts,
-            fixed_overhead_num_blocks=overhead,
-            topk=topk,
-            topk_length=lengths.cpu(),
-        )
-        assert torch.equal(metadata.tile_scheduler_metadata.cpu()[:, :7], meta[:, :7])
-        assert torch.equal(metadata.num_splits.cpu(), splits)
-        filled = metadata.tile_scheduler_metadata
-        backend._maybe_precompute_flashmla_sched_meta(
-            metadata,
-            q=q,
-            indices=torch.zeros(b, s_q, topk, dtype=torch.int32, device="cuda"),
-            topk_length=lengths,
-            extra_indices=None,
-            extra_topk_length=None,
-        )
-        assert metadata.tile_scheduler_metadata is filled  # filled once, as upstream
+def assert_accept_equal(ours, theirs, what):
+    for name, value in theirs.items():
+        assert ours[name].dtype == value.dtype, (what, name)
+        assert torch.equal(ours[name], value), (what, name)
 
 
-def test_combine_and_mix_stats_on_gpu(plugin):
+@pytest.mark.parametrize("bs", [1, 4, 16, 64])
+def test_verify_epilogue_eager(plugin, fired, bs):
+    with_nan, nan_free = accept_case(bs, bs, nan=True), accept_case(bs, 100 + bs, nan=False)
+    ours_nan = with_nan.run(callers.verify_epilogue(bs, "cuda"))
+    ours = nan_free.run(callers.verify_epilogue(bs, "cuda"))
+    counts = fired()[ACCEPT_HOOK]
+    if bs * callers.VERIFY_ROWS <= 256:
+        assert counts == {"ours": 2, "sglang": {}}
+    else:  # our accept's kernels stop at 256 rows; SGLang's own accept takes the call
+        assert counts["ours"] == 0 and sum(counts["sglang"].values()) == 2, counts
+    assert_accept_equal(ours_nan, sglang_accept(with_nan, fused_argmax=False), "torch.argmax")
+    assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=False), "torch.argmax")
+    # SGLang's own V4.1 accept (its fused argmax) agrees wherever no row holds NaN.
+    assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=True), "SGLang 0.5.23")
+
+
+@pytest.mark.parametrize("bs", [1, 4, 16])
+def test_verify_epilogue_in_cuda_graph(plugin, fired, bs):
+    """Captured once (after an eager warm-up, as SGLang's graph runner does), replayed with new
+    logits and drafts written in place: every replay's accept buffers equal the torch.argmax
+    composition on those values, NaN rows included."""
+    step = accept_case(bs, 7 * bs, nan=True)
+    epilogue = callers.verify_epilogue(bs, "cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step.run(epilogue)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        epilogue.begin_static_step(bs, armed=False)
+        epilogue._static_epilogue(step.out, step.batch)
+    assert fired()[ACCEPT_HOOK] == {"ours": 2, "sglang": {}}  # the warm-up and the capture
+    for replay in range(4):
+        new = accept_case(bs, 1000 * bs + replay, nan=replay % 2 == 0)
+        step.out.next_token_logits.copy_(new.out.next_token_logits)
+        step.batch.input_ids.copy_(new.batch.input_ids)
+        graph.replay()
+        torch.cuda.synchronize()
+        got = callers.read_accept(epilogue, bs)
+        assert_accept_equal(got, sglang_accept(new, fused_argmax=False), f"replay {replay}")
+    assert fired()[ACCEPT_HOOK]["ours"] == 2  # replays run no Python: not counted
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. combine + norm, 5. mixing statistics, of a V4.1 decoder layer
+
+
+@pytest.fixture(scope="module")
+def v41_layer(plugin):
+    """A V4.1 decoder layer (H = 5120) after SGLang's post-load step, on the GPU: on SM90 it
+    holds SGLang's bf16 parts and our derived weights."""
+    return callers.v41_decoder_layer(torch.Generator().manual_seed(0), "cuda")
+
+
+ROWS = [1, 6, 32, 128, 4096]
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_combine_of_a_v41_layer(v41_layer, fired, rows):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
-    from dsv41_kernels import hc_combine_norm, hc_mix_stats
-    from test.sglang.test_call_sites import hc_sublayer
-
-    gen = torch.Generator().manual_seed(1)
-    hc = hc_sublayer(5120, gen)
-    hc = hc._replace(
-        fn=hc.fn.cuda(), scale=hc.scale.cuda(), base=hc.base.cuda(), norm=hc.norm.cuda()
-    )
-    for rows in (1, 6, 64, 128, 300):
-        x = torch.randn(rows, 4, 5120, generator=gen).bfloat16().cuda()
-        pre = (torch.rand(rows, 4, generator=gen) + 0.1).cuda()
-        quantized = []
-        y = mhc._combine(hc, mhc.HcState(x, pre), quantized)
-        expected = hc_combine_norm(x.flatten(1), pre, hc.norm.weight, hc.norm.variance_epsilon)
-        assert torch.equal(y, expected)
-        assert len(quantized) == (1 if rows <= 128 else 0)
-        stats = mhc._mix_stats_impl(hc, x)
-        direct = hc_mix_stats(
-            x, hc.fn, hc.scale, hc.base, iters=20, rms_eps=1e-6, eps=1e-6, post_mult=2.0
+    hc = v41_layer.attn_hc
+    gen = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().cuda()
+    pre = (torch.rand(rows, 4, generator=gen) + 0.1).cuda()
+    ours = mhc.combine(hc, mhc.HcState(x, pre))  # Hopper: no quantized consumer
+    with callers.sglang_functions(mhc, "_combine"):
+        theirs = mhc.combine(hc, mhc.HcState(x, pre))
+    ref = callers.combine_norm_float64(x, pre, hc.norm.weight, hc.norm.variance_epsilon)
+    error = callers.bf16_ulp_error(ours, ref)
+    counts = fired()["combine._combine"]
+    if counts["ours"] == 1:
+        assert error <= 1.0
+        assert error <= max(1.0, callers.bf16_ulp_error(theirs, ref))
+    else:  # the hook declined: SGLang's own branch ran, and its output is what we returned
+        (reason,) = counts["sglang"]
+        branch = (
+            callers.sm90_combine_branch(rows) if torch.cuda.get_device_capability()[0] == 9 else "-"
         )
-        for o, d in zip(stats, direct, strict=True):
-            assert torch.equal(o, d)
+        assert torch.equal(ours, theirs), f"declined ({reason}); SGLang ran {branch}"
+
+
+@pytest.mark.parametrize("rows", ROWS)
+def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    from dsv41_kernels.reference.mhc import hc_mix_stats as reference
+
+    hc = v41_layer.attn_hc
+    if torch.cuda.get_device_capability()[0] == 9:
+        assert hc.bf16_parts is not None  # SGLang's SM90 load step built them
+    x = torch.randn(rows, 4, callers.HIDDEN, generator=torch.Generator().manual_seed(rows))
+    x = x.bfloat16().cuda()
+    ours = mhc.mix_stats(hc, x)
+    assert fired()["mhc._mix_stats_impl"] == {"ours": 1, "sglang": {}}
+    ref = reference(x, hc.fn, hc.scale, hc.base, iters=20, eps=1e-6, rms_eps=1e-6)
+    error = callers.stats_error(ours, ref)
+    assert error <= 2e-6, error
+    branch = callers.sm90_mix_stats_branch(rows)
+    try:
+        with callers.sglang_functions(mhc, "_mix_stats_impl"):
+            theirs = mhc.mix_stats(hc, x)
+    except ImportError as e:  # tilelang absent: SGLang's 2-31-row branch cannot run here
+        pytest.skip(f"SGLang's own {branch} does not run here ({e}); ours: error {error:.2e}")
+    assert error <= callers.stats_error(theirs, ref), f"SGLang's {branch} is closer"
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. vision routing: the model's vision_topk binding, a real MoEGate
+
+
+def route(moe, tokens, seed):
+    from sglang.srt.models import deepseek_v2
+
+    gen = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, 129000, (tokens,), generator=gen)
+    input_ids[::3] = callers.IMAGE_TOKEN_ID
+    logits = torch.randn(tokens, callers.EXPERTS, generator=gen).cuda()
+    ours = deepseek_v2.vision_topk(moe, logits, input_ids.cuda())
+    theirs = deepseek_v2.vision_topk.__wrapped__(moe, logits, input_ids.cuda())
+    return ours, theirs
+
+
+@pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
+def test_vision_router_declines_and_sglang_packs(plugin, fired, runner):
+    moe = callers.vision_moe(torch.Generator().manual_seed(1), "cuda", runner=runner)
+    for tokens in (1, 6, 64):
+        ours, theirs = route(moe, tokens, tokens)
+        assert torch.equal(ours.topk_ids, theirs.topk_ids)
+        assert torch.equal(ours.topk_weights, theirs.topk_weights)
+        assert hasattr(ours, "packed_topk_ids") == (runner is not None)
+    counts = fired()["router.vision_topk"]
+    assert counts["ours"] == 0 and sum(counts["sglang"].values()) == 3
+    assert all(reason.startswith("measured slower") for reason in counts["sglang"])
+
+
+@pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
+def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner):
+    from dsv41_kernels.ops.moe.moe_fused_gate import fp32_ulp_distance
+
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "router")
+    moe = callers.vision_moe(torch.Generator().manual_seed(2), "cuda", runner=runner)
+    for tokens in (1, 6, 64):
+        ours, theirs = route(moe, tokens, 10 + tokens)
+        assert torch.equal(ours.topk_ids, theirs.topk_ids)
+        assert int(fp32_ulp_distance(ours.topk_weights, theirs.topk_weights).max()) <= 1
+        if runner is not None:
+            assert torch.equal(ours.packed_topk_ids, theirs.packed_topk_ids)
+    assert fired()["router.vision_topk"] == {"ours": 3, "sglang": {}}

@@ -150,3 +150,91 @@ def test_disable_parsing(plugin):
     assert plugin.disabled_switches("") == (frozenset(), ())
     assert plugin.disabled_switches(" all ,x") == (frozenset(plugin.SWITCHES), ("x",))
     assert plugin.disabled_switches("mhc,,accept") == (frozenset({"mhc", "accept"}), ())
+
+
+# ---------------------------------------------------------------------------------------------
+# What a server process shows: the start-up line, the fire counts at exit
+
+_SERVER_START = """
+from test.sglang.cpu_import import define_torchvision_schemas
+define_torchvision_schemas()
+from sglang.srt.plugins import load_plugins  # what every SGLang process runs first
+load_plugins()
+import torch
+from sglang.kernels.ops.speculative.dspark import dspark_accept
+dspark_accept._row_argmax(torch.randn(2, 4099))
+dspark_accept._row_argmax(torch.randn(2, 100))
+"""
+
+
+def run_server_start(plugin, **env):
+    import os
+    import subprocess
+
+    environ = {
+        **os.environ,
+        "SGLANG_PLUGINS": "dsv41_kernels",
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, (os.getcwd(), os.environ.get("PYTHONPATH")))),
+        **env,
+    }
+    environ.pop("DSV41_KERNELS_DISABLE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVER_START],
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stderr
+
+
+def test_startup_report_reaches_a_process_without_logging(plugin):
+    """SGLang loads plugins before it configures logging; the line still shows, once."""
+    stderr = run_server_start(plugin)
+    lines = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels 0.1.0 on")]
+    assert len(lines) == 1, stderr[-2000:]
+    assert "on: accept, router, combine, sched, mhc; off: -" in lines[0]
+    assert "fire counts" not in stderr  # only with DSV41_KERNELS_REPORT=1
+
+
+def test_exit_report_prints_fire_counts(plugin):
+    import json
+
+    stderr = run_server_start(plugin, DSV41_KERNELS_REPORT="1")
+    (line,) = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels fire counts:")]
+    counts = json.loads(line.split(":", 1)[1])
+    assert counts["accept._row_argmax"]["ours"] == 1
+    (reason,) = counts["accept._row_argmax"]["sglang"]  # 100 columns: below the kernel's minimum
+    assert counts["accept._row_argmax"]["sglang"][reason] == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# A hook whose op raises hands the call to SGLang and stays off
+
+
+def test_failing_op_falls_back_once_and_stays_off(plugin, fired, monkeypatch, caplog):
+    import torch
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    from dsv41_kernels.sglang_plugin import accept, failed_hooks
+
+    def broken(logits, **_):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(accept, "row_argmax", broken)
+    logits = torch.randn(3, 4099)
+    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+        for _ in range(3):
+            assert torch.equal(dspark_accept._row_argmax(logits), torch.argmax(logits, -1))
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "accept._row_argmax" in warnings[0].getMessage()
+    assert failed_hooks() == {"accept._row_argmax": "RuntimeError: injected"}
+    assert fired()["accept._row_argmax"] == {
+        "ours": 0,
+        "sglang": {
+            "error: RuntimeError: injected": 1,
+            "off after an error: RuntimeError: injected": 2,
+        },
+    }

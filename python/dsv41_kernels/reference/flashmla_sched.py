@@ -2,9 +2,9 @@
 
 FlashMLA's decode kernels give each of ``num_sm_parts`` persistent partitions an even share of
 the batch's KV blocks; every request also costs ``fixed_overhead_num_blocks`` per chunk it is
-cut into. This module restates how FlashMLA computes that schedule, byte for byte, including
-the values its kernel leaves behind by accident (the ``begin_block_idx`` of partitions that
-find no work, see :func:`decoding_sched_meta`). All arithmetic is C ``int`` arithmetic:
+cut into. This module restates how FlashMLA computes that schedule, byte for byte, as the
+schedulers of sgl-flash-mla 1.0.0 (the FlashMLA SGLang 0.5.23 runs, legacy and current) write
+it, including the partitions that find no work (see :func:`decoding_sched_meta`). All arithmetic is C ``int`` arithmetic:
 division truncates toward zero.
 """
 
@@ -85,9 +85,10 @@ def decoding_sched_meta(
     ``[batch_size + 1]`` on the CPU.
 
     The partitions left over once every request is scheduled all carry
-    ``begin_req_idx = batch_size`` (consumers skip them) and, as FlashMLA's kernel leaves
-    them, ``begin_block_idx = last_block[0]``: FlashMLA reads ``first_block[batch_size]``
-    one past its array, which lands on ``last_block[0]`` in its shared-memory layout.
+    ``begin_req_idx = batch_size`` (consumers skip them) and ``begin_block_idx = 0``, the
+    walk's block position there, as sgl-flash-mla 1.0.0's schedulers write it (an earlier
+    FlashMLA scheduler read one past an array there and wrote the first request's last
+    block; nothing SGLang 0.5.23 runs does).
     """
     if batch_size < 1 or num_sm_parts < 1 or block_size_n < 1:
         raise ValueError("batch_size, num_sm_parts and block_size_n must be positive")
@@ -111,13 +112,10 @@ def decoding_sched_meta(
     total = sum(n + overhead for n in num_blocks)
     payload = _c_div(total + parts - 1, parts) + overhead
 
-    def first_block(req: int) -> int:
-        return 0 if req < b else last_block[0]  # FlashMLA's read one past first_block[]
-
     records, num_splits = [], [0] * (b + 1)
     req = blk = nsplit = cum = 0
     for _ in range(parts):
-        begin_req, begin_block, begin_split = req, blk + first_block(req), nsplit
+        begin_req, begin_block, begin_split = req, blk, nsplit
         first_split = int(blk != 0)
         rem = payload
         while req < b:
@@ -133,7 +131,7 @@ def decoding_sched_meta(
                     nsplit += 1
                 break
         if blk > 0:  # stopped inside request `req`
-            end_req, end_block = req, blk + first_block(req)
+            end_req, end_block = req, blk
         else:  # stopped on a request boundary
             end_req = req - 1
             end_block = 0 if tokens[end_req] == 0 else last_block[end_req] + 1

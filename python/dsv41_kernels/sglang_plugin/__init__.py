@@ -13,9 +13,14 @@ Call sites (switch name, module): ``accept`` (greedy accept, :mod:`.accept`), ``
 statistics and their derived weights, :mod:`.mhc`).
 
 ``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
-or ``all``. Each process logs one line saying what is on and what is off, and why. A call site
-whose SGLang target is missing (another SGLang release) is logged as off and left untouched;
-nothing here raises during start-up.
+or ``all``. Each process reports one line saying what is on and what is off, and why: through
+logging when it is set up to show INFO, else straight to stderr (SGLang loads plugins before
+it configures logging, where Python's last-resort handler would drop an INFO line). A call
+site whose SGLang target is missing (another SGLang release) is reported as off and left
+untouched; nothing here raises during start-up.
+
+:func:`fire_counts` says, per hook, how many calls took our op and how many went to SGLang's
+function and why (:mod:`.dispatch`); ``DSV41_KERNELS_REPORT=1`` prints them at exit.
 """
 
 from __future__ import annotations
@@ -24,8 +29,14 @@ import importlib
 import logging
 import os
 import pkgutil
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from dsv41_kernels.sglang_plugin.dispatch import arm_exit_report, failed_hooks, fire_counts
+from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, measured_slower
+
+__all__ = ["fire_counts", "failed_hooks", "register", "status"]
 
 logger = logging.getLogger(__name__)
 
@@ -99,8 +110,16 @@ def install(environ: Mapping[str, str]) -> dict[str, str]:
         for target, hook, hook_type in hooks.HOOKS:
             HookRegistry.register(target, hook, hook_type)
         status[site.switch] = "on"
-    logger.info(report_line(status, unknown))
+    announce(report_line(status, unknown))
     return status
+
+
+def announce(line: str) -> None:
+    """``line`` at INFO where logging would show it, else on stderr."""
+    if logger.isEnabledFor(logging.INFO) and logger.hasHandlers():
+        logger.info(line)
+    else:
+        print(line, file=sys.stderr, flush=True)
 
 
 def report_line(status: Mapping[str, str], unknown=()) -> str:
@@ -119,6 +138,12 @@ def report_line(status: Mapping[str, str], unknown=()) -> str:
         f"dsv41-kernels {__version__} on sglang {sglang_version} (tested {TESTED_SGLANG}): "
         f"on: {', '.join(on) or '-'}; off: {'; '.join(off) or '-'}"
     )
+    slower = [name for name in on if measured_slower(name)]
+    if slower:
+        line += (
+            f"; declining where measured slower than SGLang ({FORCE_ENV} lifts it): "
+            f"{', '.join(slower)}"
+        )
     if unknown:
         line += f"; ignored unknown {DISABLE_ENV} names: {', '.join(unknown)}"
     return line
@@ -130,6 +155,7 @@ def register() -> None:
     if _registered is not None:
         return
     try:
+        arm_exit_report(os.environ)
         _registered = install(os.environ)
     except Exception:
         _registered = {}

@@ -1,17 +1,22 @@
 """Call site 1: DSpark's greedy accept -> :func:`dsv41_kernels.row_argmax` / ``accept_greedy``.
 
-SGLang 0.5.23 computes the verify argmax with ``torch.argmax`` (its fast kernel is off by
-default because it selects NaN differently). Ours is bitwise ``torch.argmax``, so it is on by
-default. Hooked, in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
+For a DeepSeek-V4.1 target SGLang 0.5.23 already runs its own split-vocab argmax
+(``_FUSED_ARGMAX_TARGETS`` in ``dspark_verify`` holds ``deepseek_v41``), which differs from
+``torch.argmax`` when a row holds NaN; other targets keep ``torch.argmax``. Ours is bitwise
+``torch.argmax`` (NaN included) and faster than both, with the accept rule in the same launch.
+In a server the verify path is DSpark's in-graph epilogue: ``DsparkVerifyEpilogue.
+_static_epilogue`` -> ``_accept_static_greedy`` -> ``_accept`` -> ``AcceptGreedy.execute`` ->
+``accept_greedy_triton`` on CUDA (the eager ``accept_draft_tokens`` reaches the same). Hooked,
+in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
 
-- ``_row_argmax(logits, fused=False)``: every argmax of the verify path, including the one the
-  in-graph verify epilogue takes through ``dspark_verify``'s own ``from ... import _row_argmax``
-  binding (SGLang's hook registry rewrites such stale bindings when it applies a hook);
-- ``accept_greedy_triton`` (``AcceptGreedy.execute`` on CUDA, eager accept and the in-graph
-  epilogue) and its torch twin ``accept_greedy``: argmax and accept rule in one launch.
+- ``accept_greedy_triton`` and its torch twin ``accept_greedy`` (which ``AcceptGreedy`` picks
+  for CPU tensors only): argmax and accept rule in one launch;
+- ``_row_argmax(logits, fused=False)``: reached on its own only by the fused accept tail
+  (``SGLANG_DSPARK_FUSED_ACCEPT_TAIL=1``, off by default), also through ``dspark_verify``'s
+  ``from ... import _row_argmax`` binding (SGLang's hook registry rewrites such bindings).
 
-Both return exactly what SGLang returns (int64 argmax; int32 lengths, int64 bonus); arguments
-our admission refuses go to SGLang's original function.
+Both return exactly what SGLang's rule returns over ``torch.argmax`` (int64 argmax; int32
+lengths, int64 bonus); arguments our admission refuses go to SGLang's original function.
 """
 
 from __future__ import annotations
@@ -19,8 +24,10 @@ from __future__ import annotations
 import torch
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import accept_greedy, accept_greedy_admission, row_argmax, row_argmax_admission
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
+from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
+from dsv41_kernels.sglang_plugin import dispatch
 
 _MODULE = "sglang.kernels.ops.speculative.dspark.dspark_accept"
 _ACCEPT_KEYWORDS = frozenset(
@@ -38,9 +45,12 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 def row_argmax_hook(original, logits, fused=False):
     """``_row_argmax``: our exact argmax wherever it is admitted (``fused`` only chose
     SGLang's inexact kernel, which ours supersedes)."""
-    if row_argmax_admission(logits):
-        return row_argmax(logits)
-    return original(logits, fused=fused)
+    return dispatch.run(
+        "accept._row_argmax",
+        row_argmax_admission(logits),
+        lambda: row_argmax(logits),
+        lambda: original(logits, fused=fused),
+    )
 
 
 def accept_admission(
@@ -61,22 +71,41 @@ def accept_admission(
     return accept_greedy_admission(candidates, target_logits, cutoff_verify_lens)
 
 
-def accept_greedy_hook(original, *args, **kwargs):
-    """``accept_greedy`` / ``accept_greedy_triton`` (keyword-only in SGLang 0.5.23)."""
-    if args or not kwargs.keys() <= _ACCEPT_KEYWORDS:
-        return original(*args, **kwargs)
-    candidates = kwargs["candidates"]
-    logits = kwargs["target_logits"]
-    cutoff = kwargs.get("cutoff_verify_lens")
-    if not accept_admission(candidates, logits, kwargs["verify_num_draft_tokens"], cutoff):
-        return original(**kwargs)
-    return accept_greedy(candidates, logits, cutoff_verify_lens=cutoff)
+def _accept_hook(name: str):
+    """The hook for ``accept_greedy`` / ``accept_greedy_triton`` (keyword-only in 0.5.23)."""
+
+    def hook(original, *args, **kwargs):
+        if args or not kwargs.keys() <= _ACCEPT_KEYWORDS:
+            admission = refuse("positional or unknown arguments")
+        else:
+            admission = accept_admission(
+                kwargs["candidates"],
+                kwargs["target_logits"],
+                kwargs["verify_num_draft_tokens"],
+                kwargs.get("cutoff_verify_lens"),
+            )
+        return dispatch.run(
+            name,
+            admission,
+            lambda: accept_greedy(
+                kwargs["candidates"],
+                kwargs["target_logits"],
+                cutoff_verify_lens=kwargs.get("cutoff_verify_lens"),
+            ),
+            lambda: original(*args, **kwargs),
+        )
+
+    return hook
 
 
 HOOKS = (
     (f"{_MODULE}._row_argmax", row_argmax_hook, HookType.AROUND),
-    (f"{_MODULE}.accept_greedy_triton", accept_greedy_hook, HookType.AROUND),
-    (f"{_MODULE}.accept_greedy", accept_greedy_hook, HookType.AROUND),
+    (
+        f"{_MODULE}.accept_greedy_triton",
+        _accept_hook("accept.accept_greedy_triton"),
+        HookType.AROUND,
+    ),
+    (f"{_MODULE}.accept_greedy", _accept_hook("accept.accept_greedy"), HookType.AROUND),
 )
 REQUIRES = (
     f"{_MODULE}.AcceptGreedy",

@@ -19,8 +19,13 @@ import torch
 from sglang.srt.layers.quantization.mxfp8_input import Mxfp8SwizzledInput
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import hc_combine_norm, hc_combine_norm_admission, hc_combine_norm_mxfp8
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+    hc_combine_norm,
+    hc_combine_norm_admission,
+    hc_combine_norm_mxfp8,
+)
+from dsv41_kernels.sglang_plugin import dispatch
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
 MAX_QUANTIZED_ROWS = 128
@@ -47,15 +52,22 @@ def combine_hook(original, hc, state, quantized):
     quantize = (
         quantized is not None and isinstance(x, torch.Tensor) and x.shape[0] <= MAX_QUANTIZED_ROWS
     )
-    if not combine_admission(hc, state, quantize):
-        return original(hc, state, quantized)
-    x_flat = x.flatten(1)
+    return dispatch.run(
+        "combine._combine",
+        combine_admission(hc, state, quantize),
+        lambda: _combine(hc, state, quantized if quantize else None),
+        lambda: original(hc, state, quantized),
+    )
+
+
+def _combine(hc, state, quantized):
+    x_flat = state.streams.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
-    if quantize:
-        y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
-        quantized.append(Mxfp8SwizzledInput(q.data, q.scales))
-        return y
-    return hc_combine_norm(x_flat, state.pre, weight, eps)
+    if quantized is None:
+        return hc_combine_norm(x_flat, state.pre, weight, eps)
+    y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
+    quantized.append(Mxfp8SwizzledInput(q.data, q.scales))  # only once the op has succeeded
+    return y
 
 
 HOOKS = ((_TARGET, combine_hook, HookType.AROUND),)

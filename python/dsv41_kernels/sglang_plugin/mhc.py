@@ -21,8 +21,13 @@ from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
 from sglang.srt.models.deepseek_v4_mhc import MHC_POST_MULT_VALUE
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import HcDerivedWeights, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.mhc.hc_mix_stats import (
+    HcDerivedWeights,
+    hc_mix_stats,
+    hc_mix_stats_admission,
+)
+from dsv41_kernels.sglang_plugin import dispatch
 
 _LAYER = "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase"
 MIXING_WEIGHTS = ("hc_attn_fn", "hc_ffn_fn")
@@ -67,19 +72,22 @@ def mix_stats_admission(hc, x: torch.Tensor, weights, mode: str) -> Admission:
 def mix_stats_hook(original, hc, x):
     mode = "batch_invariant" if is_batch_invariant_mode_enabled() else "auto"
     weights = derived_weights(hc.fn) or hc.fn
-    if not mix_stats_admission(hc, x, weights, mode):
-        return original(hc, x)
     cfg = hc.cfg
-    return hc_mix_stats(
-        x,
-        weights,
-        hc.scale,
-        hc.base,
-        iters=cfg.sinkhorn_iters,
-        rms_eps=cfg.rms_eps,
-        eps=cfg.eps,
-        post_mult=MHC_POST_MULT_VALUE,
-        mode=mode,
+    return dispatch.run(
+        "mhc._mix_stats_impl",
+        mix_stats_admission(hc, x, weights, mode),
+        lambda: hc_mix_stats(
+            x,
+            weights,
+            hc.scale,
+            hc.base,
+            iters=cfg.sinkhorn_iters,
+            rms_eps=cfg.rms_eps,
+            eps=cfg.eps,
+            post_mult=MHC_POST_MULT_VALUE,
+            mode=mode,
+        ),
+        lambda: original(hc, x),
     )
 
 

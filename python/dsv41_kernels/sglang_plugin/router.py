@@ -9,6 +9,11 @@ writes the packed ids the runner consumes in that same launch. SGLang's own post
 (``_finish_vision_topk``: routed-experts capture, the expert-distribution recorder) still runs
 on the result. Anything else (expert-location dispatch, routing simulation, ROCm, a device
 without Triton) goes to SGLang's original function.
+
+SGLang 0.5.23's own ``vision_topk`` already routes and packs in one Triton launch on CUDA
+(``moe_fused_gate(..., packed_out=)``) and measured faster than ours, so this hook declines by
+default (:mod:`.measured`); ``DSV41_KERNELS_FORCE=router`` takes ours anyway. It is reached from
+``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from ``forward_deepep``.
 """
 
 from __future__ import annotations
@@ -24,8 +29,15 @@ from sglang.srt.layers.moe.utils import get_moe_a2a_backend
 from sglang.srt.multimodal.dsv41 import vl_routing
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import emits_packed_ids, moe_fused_gate, moe_fused_gate_admission
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.jit import sm_major
+from dsv41_kernels.ops.moe.moe_fused_gate import (
+    emits_packed_ids,
+    moe_fused_gate,
+    moe_fused_gate_admission,
+)
+from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.measured import against_sglang
 
 _TARGET = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk"
 
@@ -42,6 +54,10 @@ def router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_i
         return refuse("routing simulation is on")
     if torch.version.hip is not None:
         return refuse("ROCm: SGLang routes in torch there")
+    arch = sm_major(logits.device.index) if logits.is_cuda else None
+    measured = against_sglang("router", arch, logits.shape[0])
+    if not measured:
+        return measured
     return moe_fused_gate_admission(
         logits,
         bias,
@@ -78,8 +94,17 @@ def vision_topk_hook(
     bias, bias_alt = moe.gate.e_score_correction_bias, moe.gate.e_score_correction_bias_vl
     if input_ids is None:
         bias_alt = None
-    if not router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info):
-        return original(moe, logits, input_ids, num_token_non_padded, expert_location_dispatch_info)
+    return dispatch.run(
+        "router.vision_topk",
+        router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info),
+        lambda: _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt),
+        lambda: original(
+            moe, logits, input_ids, num_token_non_padded, expert_location_dispatch_info
+        ),
+    )
+
+
+def _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt):
     packed = None
     if packed_ids_admission(config, dispatch_info):
         packed = torch.empty(

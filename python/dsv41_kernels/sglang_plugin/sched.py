@@ -28,6 +28,7 @@ from dsv41_kernels.ops.attention.decoding_sched_meta import (
     decoding_sched_meta_admission,
     device_sched_config,
 )
+from dsv41_kernels.sglang_plugin import dispatch
 
 _BACKEND = "sglang.srt.layers.attention.deepseek_v4_backend"
 SUPPORTED_ARCH_MAJORS = (9, 10)  # Hopper, and the SM100 family (B200/B300, GB200/GB300)
@@ -73,12 +74,26 @@ def sched_meta_hook(
         extra_indices=extra_indices,
         extra_topk_length=extra_topk_length,
     )
-    empty = (
-        flashmla_metadata is not None
-        and getattr(flashmla_metadata, "tile_scheduler_metadata", None) is None
+    if getattr(flashmla_metadata, "tile_scheduler_metadata", None) is not None or (
+        flashmla_metadata is None
+    ):
+        admission, plan = refuse("no metadata object, or it already holds a schedule"), None
+    else:
+        admission, plan = _plan(q, indices, topk_length, extra_indices, extra_topk_length)
+    return dispatch.run(
+        "sched._maybe_precompute_flashmla_sched_meta",
+        admission,
+        lambda: _schedule(flashmla_metadata, *plan),
+        lambda: original(flashmla_metadata, **arguments),
     )
-    if not empty or not sched_admission(q, topk_length, extra_topk_length):
-        return original(flashmla_metadata, **arguments)
+
+
+def _plan(q, indices, topk_length, extra_indices, extra_topk_length):
+    """(admission, (meta, num_splits, schedule)): the buffers FlashMLA reads, and our
+    scheduler's arguments for this step."""
+    admission = sched_admission(q, topk_length, extra_topk_length)
+    if not admission:
+        return admission, None
     b, s_q, h_q, d_qk = q.shape
     parts, overhead = _sched_config(q.device.index, s_q, h_q, d_qk)
     meta = torch.empty((parts, 8), dtype=torch.int32, device=q.device)
@@ -91,8 +106,10 @@ def sched_meta_hook(
         topk=indices.shape[-1],
         extra_topk=0 if extra_indices is None else extra_indices.shape[-1],
     )
-    if not decoding_sched_meta_admission(meta, num_splits, **schedule):
-        return original(flashmla_metadata, **arguments)
+    return decoding_sched_meta_admission(meta, num_splits, **schedule), (meta, num_splits, schedule)
+
+
+def _schedule(flashmla_metadata, meta, num_splits, schedule):
     decoding_sched_meta(meta, num_splits, **schedule)
     flashmla_metadata.tile_scheduler_metadata = meta
     flashmla_metadata.num_splits = num_splits

@@ -29,10 +29,10 @@ def as_tensors(meta, splits):
 # CPU tier: the reference
 
 
-SPEC_VECTORS = [  # specs.md A.12
+SPEC_VECTORS = [  # specs.md A.12; left-over partitions: begin_block_idx 0, as sgl-flash-mla 1.0.0
     (
         dict(batch_size=1, num_sm_parts=132, topk=2048),
-        [[0, 0, k, k + 1, k, 1, 1, 0] for k in range(32)] + [[1, 0, 31, 32, 0, 0, 0, 0]] * 100,
+        [[0, 0, k, k + 1, k, 1, 1, 0] for k in range(32)] + [[1, 0, 0, 32, 0, 0, 0, 0]] * 100,
         [0, 32],
     ),
     (
@@ -46,7 +46,7 @@ SPEC_VECTORS = [  # specs.md A.12
         ),
         [[0, 0, 0, 6, 0, 1, 1, 0], [0, 0, 6, 10, 1, 1, 1, 0], [1, 1, 0, 2, 0, 0, 0, 0]]
         + [[2, 2, 0, 2, 0, 0, 0, 0], [3, 3, 0, 6, 0, 1, 1, 0], [3, 3, 6, 7, 1, 1, 1, 0]]
-        + [[4, 3, 9, 7, 0, 0, 0, 0]] * 2,
+        + [[4, 3, 0, 7, 0, 0, 0, 0]] * 2,
         [0, 2, 3, 4, 6],
     ),
     (

@@ -1,0 +1,182 @@
+"""Every hooked SGLang 0.5.23 call site, SGLang's own function against the plugin's, per row count.
+
+The figures that decide each hook's default (``dsv41_kernels.sglang_plugin.measured``: a hook
+declines where it measured slower than SGLang's own function). Each call site is driven as its
+callers drive it, with SGLang's dispatch for DeepSeek-V4.1 on the GPU at hand; the
+``sglang-0.5.23`` arm takes our hooks out, the ``dsv41-kernels`` arm forces ours
+(``DSV41_KERNELS_FORCE=all``) so both are timed at every row count. CUDA-graph replay,
+median. Rows are the row counts the call sites see: 6 per request at verify for the accept,
+the tokens of a forward for the mHC and the router, 6 per request for the scheduler.
+
+    python -m benchmark.call_sites --json $OUT/call_sites.json [--sites accept,combine]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+from test.sglang import callers
+
+from dsv41_kernels.timing import graph_time_us
+
+ARMS = ("sglang-0.5.23", "dsv41-kernels")
+ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
+ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 128, 256, 384)
+MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
+ROUTER_TOKENS = (1, 6, 16, 64, 256, 1024)
+SCHED_BS = (1, 4, 16, 64)
+
+
+def timed(fn, rows):
+    """Fewer captured calls per graph for the big shapes (a graph of 100 would take seconds)."""
+    inner = 100 if rows <= 1024 else (20 if rows <= 8192 else 5)
+    return graph_time_us(fn, inner=inner, repeats=20 if rows <= 8192 else 10)
+
+
+def accept_cases(device):
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    for bs in ACCEPT_BS:
+        gen = torch.Generator().manual_seed(bs)
+        logits = callers.verify_logits(gen, bs, 129280, nan=False).to(device)
+        kwargs = dict(
+            candidates=callers.draft_candidates(logits, bs, gen),
+            target_logits=logits,
+            verify_num_draft_tokens=callers.VERIFY_ROWS,
+            fused_argmax=True,
+        )
+        run = lambda kwargs=kwargs: dspark_accept.AcceptGreedy.execute(**kwargs)
+        patch = (dspark_accept, ("accept_greedy_triton", "accept_greedy"))
+        yield "accept", f"bs {bs} x 6, vocab 129280", bs * callers.VERIFY_ROWS, run, patch
+
+
+def argmax_cases(device):
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    for rows in ARGMAX_ROWS:
+        logits = torch.randn(rows, 129280, generator=torch.Generator().manual_seed(rows))
+        logits = logits.to(device)
+        run = lambda logits=logits: dspark_accept._row_argmax(logits, fused=True)
+        yield "row_argmax", f"[{rows}, 129280]", rows, run, (dspark_accept, ("_row_argmax",))
+
+
+def mhc_cases(device, site):
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    hc = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device).attn_hc
+    for rows in MHC_ROWS:
+        gen = torch.Generator().manual_seed(rows)
+        x = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().to(device)
+        if site == "mix_stats":
+            run = lambda x=x: mhc.mix_stats(hc, x)
+            patch = (mhc, ("_mix_stats_impl",))
+        else:
+            pre = (torch.rand(rows, 4, generator=gen) + 0.1).to(device)
+            run = lambda x=x, pre=pre: mhc.combine(hc, mhc.HcState(x, pre))
+            patch = (mhc, ("_combine",))
+        yield site, f"[{rows}, 4, 5120] bf16", rows, run, patch
+
+
+def router_cases(device):
+    from sglang.srt.models import deepseek_v2
+
+    moe = callers.vision_moe(torch.Generator().manual_seed(5), device)
+    for tokens in ROUTER_TOKENS:
+        gen = torch.Generator().manual_seed(tokens)
+        ids = torch.randint(0, 129000, (tokens,), generator=gen)
+        ids[::2] = callers.IMAGE_TOKEN_ID
+        logits = torch.randn(tokens, callers.EXPERTS, generator=gen).to(device)
+        run = lambda logits=logits, ids=ids.to(device): deepseek_v2.vision_topk(moe, logits, ids)
+        yield "router", f"T {tokens}, E 384, top-6", tokens, run, (deepseek_v2, ("vision_topk",))
+
+
+def sched_cases(device):
+    decoder = callers.flashmla_decoder()
+    caches = callers.v4_caches()
+    for bs in SCHED_BS:
+        b = callers.VERIFY_ROWS * bs
+        step = callers.make_step(caches, b=b, topk=128, extra_topk=512, mode="random", seed=bs)
+
+        def run(step=step):
+            metadata = decoder.backend._create_flashmla_metadata()
+            callers.sglang_decode(decoder, step, metadata, ours=True)
+
+        patch = (decoder.backend, ("_maybe_precompute_flashmla_sched_meta",))
+        yield "sched", f"FlashMLA decode + schedule, b {b}, top-k 128+512", b, run, patch
+
+
+SITES = {
+    "accept": accept_cases,
+    "row_argmax": argmax_cases,
+    "mix_stats": lambda device: mhc_cases(device, "mix_stats"),
+    "combine": lambda device: mhc_cases(device, "combine"),
+    "router": router_cases,
+    "sched": sched_cases,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", help="write the records here")
+    parser.add_argument("--sites", default=",".join(SITES), help="comma-separated call sites")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("call_sites needs a CUDA GPU")
+    os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"
+    os.environ["DSV41_KERNELS_FORCE"] = "all"  # time ours everywhere, measured-slower or not
+    from test.sglang.cpu_import import import_sglang
+
+    import_sglang()
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    from dsv41_kernels.sglang_plugin import dispatch
+
+    device = torch.device("cuda")
+    name = torch.cuda.get_device_name()
+    records = []
+    print(f"{name}: SGLang 0.5.23's call sites, its function against ours (CUDA-graph medians, us)")
+    print(f"{'site':<10} {'shape':<44} {'sglang-0.5.23':>14} {'dsv41-kernels':>14} {'ratio':>6}")
+    for site in args.sites.split(","):
+        for op, shape, rows, run, (module, names) in SITES[site](device):
+            times = {}
+            for arm in ARMS:
+                dispatch.reset()
+                try:
+                    if arm == "sglang-0.5.23":
+                        with callers.sglang_functions(module, *names):
+                            times[arm] = timed(run, rows)
+                    else:
+                        times[arm] = timed(run, rows)
+                        counts = dispatch.fire_counts()
+                        if any(c["sglang"] for c in counts.values()):
+                            times[arm] = None  # ours declined here: not a time of ours
+                            print(f"  {op} {shape}: ours declined {counts}", file=sys.stderr)
+                except Exception as e:  # e.g. SGLang's tilelang Sinkhorn where tilelang is absent
+                    times[arm] = None
+                    print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
+                records.append(
+                    {
+                        "op": op,
+                        "shape": shape,
+                        "rows": rows,
+                        "arm": arm,
+                        "us": times[arm],
+                        "device": name,
+                    }  # fmt: skip
+                )
+            base, ours = times["sglang-0.5.23"], times["dsv41-kernels"]
+            fmt = lambda us: "-" if us is None else f"{us:.2f}"
+            ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"
+            print(f"{op:<10} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": name, "records": records}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

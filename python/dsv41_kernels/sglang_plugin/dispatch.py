@@ -1,0 +1,119 @@
+"""One decision per hooked call: ours or SGLang's, counted, and safe when ours fails.
+
+Every hook ends in :func:`run`: it takes our op when the admission admits and the hook has not
+failed earlier in this process, and SGLang's original function otherwise. Each call is
+counted in Python, at call time, under the hook's name: ``ours``, or the reason SGLang's
+function ran. Under CUDA graphs that counts captures and eager calls, never replays (a replay
+runs no Python). Counting is a dict update under a lock: no host sync, no allocation on a
+device, nothing that breaks capture.
+
+When our op raises in eager mode, that call goes to SGLang's function, the hook logs the error
+once at WARNING and stays off for the rest of the process (the counts and the exit report show
+it). SGLang's warm-up runs before graph capture are eager, so a failure shows up there; inside
+a capture the error is raised, since a half-recorded graph cannot be taken back.
+
+``DSV41_KERNELS_REPORT=1`` prints the counts to stderr when the process exits.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from dsv41_kernels.admission import Admission
+
+logger = logging.getLogger("dsv41_kernels.sglang_plugin")
+
+REPORT_ENV = "DSV41_KERNELS_REPORT"
+OURS = "ours"
+
+_lock = threading.Lock()
+_counts: dict[str, Counter] = {}
+_failed: dict[str, str] = {}
+
+
+def _count(hook: str, outcome: str) -> None:
+    with _lock:
+        _counts.setdefault(hook, Counter())[outcome] += 1
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def run(hook: str, admission: Admission, ours: Callable[[], Any], original: Callable[[], Any]):
+    """``ours()`` when ``admission`` admits and ``hook`` has not failed before, else
+    ``original()``; the call is counted under ``hook``."""
+    failure = _failed.get(hook)
+    if failure is not None:
+        _count(hook, f"off after an error: {failure}")
+        return original()
+    if not admission:
+        _count(hook, admission.reason)
+        return original()
+    try:
+        result = ours()
+    except Exception as e:
+        if _capturing():
+            raise
+        failure = f"{type(e).__name__}: {e}"[:200]
+        with _lock:
+            first = hook not in _failed
+            _failed[hook] = failure
+        if first:
+            logger.warning(
+                "dsv41-kernels: %s raised, SGLang's function runs instead from now on in this "
+                "process",
+                hook,
+                exc_info=True,
+            )
+        _count(hook, f"error: {failure}")
+        return original()
+    _count(hook, OURS)
+    return result
+
+
+def fire_counts() -> dict[str, dict[str, Any]]:
+    """Per hook: ``{"ours": calls our op took, "sglang": {reason: calls}}`` (eager calls and
+    captures; replays of a captured graph run no Python and are not counted)."""
+    with _lock:
+        snapshot = {hook: dict(counter) for hook, counter in _counts.items()}
+    return {
+        hook: {
+            "ours": outcomes.pop(OURS, 0),
+            "sglang": dict(sorted(outcomes.items())),
+        }
+        for hook, outcomes in sorted(snapshot.items())
+    }
+
+
+def failed_hooks() -> dict[str, str]:
+    """Hooks switched off in this process by an error of ours, with the error."""
+    with _lock:
+        return dict(_failed)
+
+
+def reset() -> None:
+    """Forget the counts and failures (tests)."""
+    with _lock:
+        _counts.clear()
+        _failed.clear()
+
+
+def _report_at_exit() -> None:
+    print(f"dsv41-kernels fire counts: {json.dumps(fire_counts())}", file=sys.stderr, flush=True)
+
+
+def arm_exit_report(environ=os.environ) -> None:
+    """Print the counts at exit when ``DSV41_KERNELS_REPORT`` is set to 1."""
+    if environ.get(REPORT_ENV, "").strip() == "1":
+        atexit.register(_report_at_exit)

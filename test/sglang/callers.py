@@ -1,0 +1,395 @@
+"""SGLang 0.5.23's own callers of the hooked functions, built from SGLang's real classes.
+
+The CPU and GPU plugin tests drive these, not the patched functions themselves, so a hook that
+never fires in a server fails here. Where a real constructor needs a distributed runtime (the
+decoder layer), the real class is instantiated without it and given exactly the attributes its
+real methods read; every method that runs is SGLang's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+# DeepSeek-V4.1-Flash (anchors): DSpark block 5 gives 6 verify rows per request.
+VERIFY_ROWS = 6
+HIDDEN = 5120
+EXPERTS = 384
+TOP_K = 6
+IMAGE_TOKEN_ID = 129264
+
+
+@contextlib.contextmanager
+def sglang_functions(module, *names):
+    """SGLang's own functions back in place of our hooks inside the block: what the call site
+    runs with the plugin off."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name in names:
+            patch.setattr(module, name, getattr(module, name).__wrapped__)
+        yield
+
+
+# ---- 1. greedy accept: DSpark's in-graph verify epilogue -----------------------------------
+
+
+def verify_epilogue(max_bs: int, device, *, fused_argmax: bool = True):
+    """DSpark's ``DsparkVerifyEpilogue`` for a DeepSeek-V4.1 target (``fused_argmax``, as
+    ``target_uses_fused_argmax`` gives it), static verify mode, one TP rank, no KV commit."""
+    from sglang.srt.speculative.dspark_components.dspark_verify import DsparkVerifyEpilogue
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+    tp_sync = SpecTpSync(types.SimpleNamespace(world_size=1, rank_in_group=0))
+    return DsparkVerifyEpilogue(
+        max_bs=max_bs,
+        verify_num_draft_tokens=VERIFY_ROWS,
+        device=device,
+        tp_sync=tp_sync,
+        fused_argmax=fused_argmax,
+    )
+
+
+class StaticVerifyStep:
+    """The tensors one static verify step hands the epilogue (``capture_hook`` reads them off
+    the logits output and the forward batch), kept so a captured graph can be replayed with
+    new values written in place."""
+
+    def __init__(self, candidates: torch.Tensor, logits: torch.Tensor):
+        bs, n = candidates.shape
+        device = logits.device
+        self.out = types.SimpleNamespace(
+            next_token_logits=logits,
+            hidden_states=torch.zeros(bs * n, 8, dtype=torch.bfloat16, device=device),
+        )
+        self.batch = types.SimpleNamespace(
+            batch_size=bs,
+            input_ids=candidates.reshape(-1),
+            seq_lens=torch.arange(100, 100 + bs, dtype=torch.int64, device=device),
+            req_pool_indices=torch.arange(bs, dtype=torch.int64, device=device),
+            out_cache_loc=torch.zeros(bs * n, dtype=torch.int64, device=device),
+            positions=torch.zeros(bs * n, dtype=torch.int64, device=device),
+        )
+
+    def run(self, epilogue):
+        """SGLang's ``_static_epilogue`` -> ``_accept_static_greedy`` -> ``_accept`` ->
+        ``AcceptGreedy.execute``; returns the epilogue's accept buffers (cloned)."""
+        epilogue.begin_static_step(self.batch.batch_size, armed=False)
+        epilogue._static_epilogue(self.out, self.batch)
+        return read_accept(epilogue, self.batch.batch_size)
+
+
+def read_accept(epilogue, bs: int) -> dict[str, torch.Tensor]:
+    accept = epilogue.read_accept(bs)
+    fields = ("correct_len", "bonus", "cap_trim_lens", "commit_lens", "new_seq_lens", "out_tokens")
+    return {name: getattr(accept, name).clone() for name in fields}
+
+
+def verify_logits(gen, bs: int, vocab: int, *, nan: bool) -> torch.Tensor:
+    """Verify logits with ties at the row maximum, ±Inf, and (``nan``) planted NaNs."""
+    rows = bs * VERIFY_ROWS
+    logits = torch.randn(rows, vocab, generator=gen)
+    logits[0, 7] = logits[0, vocab - 9] = logits[0].max() + 1  # a tie: the lower index wins
+    if rows > 2:
+        logits[2, :] = float("-inf")
+        logits[1, vocab // 3] = float("inf")
+    if nan:
+        for r in range(1, rows, 5):
+            logits[r, (r * 7919) % vocab] = float("nan")
+            logits[r, (r * 104729) % vocab] = float("nan")
+    return logits
+
+
+def draft_candidates(logits: torch.Tensor, bs: int, gen) -> torch.Tensor:
+    """Candidates whose drafts follow torch.argmax's predictions and then diverge at a random
+    place per request (some accept everything)."""
+    predict = torch.argmax(logits, -1).view(bs, VERIFY_ROWS).cpu()
+    candidates = torch.zeros(bs, VERIFY_ROWS, dtype=torch.int64)
+    candidates[:, 1:] = predict[:, :-1]
+    for b in range(bs):
+        k = int(torch.randint(1, VERIFY_ROWS + 1, (1,), generator=gen))
+        if k < VERIFY_ROWS:
+            candidates[b, k] += 1
+    return candidates.to(logits.device)
+
+
+# ---- 3, 5. the mHC of a DeepSeek-V4.1 decoder layer ---------------------------------------------
+
+
+def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
+    """A ``DeepseekV4DecoderLayerBase`` holding a V4.1 layer's mHC parameters and norms.
+
+    Its constructor needs a distributed runtime and builds attention and MoE; here the real
+    class is instantiated without them, given the attributes its post-load step reads, and
+    SGLang's own ``refresh_mhc_norm_weight_cache`` (hooked AFTER by the plugin) then builds
+    the derived weights and the two ``HcSubLayer`` s exactly as after a checkpoint load."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+    from sglang.srt.models.deepseek_v4 import DeepseekV4DecoderLayerBase
+
+    layer = DeepseekV4DecoderLayerBase.__new__(DeepseekV4DecoderLayerBase)
+    torch.nn.Module.__init__(layer)
+    layer.layer_id = layer_id
+    layer.config = types.SimpleNamespace(model_type="deepseek_v41")
+    layer.hc_pre_from_prev_sublayer = True  # V4.1's config
+    layer.hc_cfg = mhc.HcConfig(
+        mult=4, sinkhorn_iters=20, eps=1e-6, rms_eps=1e-6, hidden=hidden, pre_from_prev=True,
+        cp_prefill=False,
+    )  # fmt: skip
+    for name in ("input_layernorm", "post_attention_layernorm"):
+        norm = RMSNorm(hidden, eps=1e-6)
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.1 * torch.randn(hidden, generator=gen))
+        setattr(layer, name, norm.to(device=device, dtype=torch.bfloat16))
+    for role in ("attn", "ffn"):
+        fn = torch.randn(24, 4 * hidden, generator=gen) / (4 * hidden) ** 0.5
+        scale = torch.rand(3, generator=gen) + 0.5
+        base = torch.randn(24, generator=gen) * 0.1
+        for name, value in (("fn", fn), ("scale", scale), ("base", base)):
+            param = torch.nn.Parameter(value.to(device), requires_grad=False)
+            setattr(layer, f"hc_{role}_{name}", param)
+    layer.refresh_mhc_norm_weight_cache()
+    return layer
+
+
+def stats_error(ours, ref) -> float:
+    """The mixing statistics' error against float64: max over pre, post and comb of
+    ``max|o - r| / max|r|``."""
+    return max(
+        ((o.double() - r).abs().max() / r.abs().max()).item()
+        for o, r in zip(ours, ref, strict=True)
+    )
+
+
+def sm90_mix_stats_branch(rows: int) -> str:
+    """What SGLang 0.5.23's ``_mix_stats_impl`` runs on SM90 with the bf16 parts built."""
+    if rows == 1:
+        return "hc_mix_stats_sinkhorn (fused)"
+    if rows < 32:
+        return "hc_mix_stats + hc_split_sinkhorn (tilelang)"
+    if rows <= 65536:
+        return "hc_mix_stats_sinkhorn_bf16x3"
+    return "hc_mix_stats + hc_split_sinkhorn (tilelang)"
+
+
+def sm90_combine_branch(rows: int) -> str:
+    """What SGLang 0.5.23's ``_combine`` runs on SM90 without a quantized consumer."""
+    if 0 < rows <= 96 or 4096 <= rows <= 65536:
+        return "hc_combine_norm (fused)"
+    return "mhc_combine, then RMSNorm"
+
+
+def combine_norm_float64(x, pre, weight, eps):
+    """The combine+norm contract's yardstick: ``x_in`` as the contract rounds it, normed in
+    float64 (:func:`dsv41_kernels.reference.mhc.hc_combine_norm`)."""
+    from dsv41_kernels.reference.mhc import hc_combine_norm
+
+    return hc_combine_norm(x.flatten(1), pre, weight, eps, dtype=torch.float64)
+
+
+def bf16_ulp_error(y, ref) -> float:
+    """max |y - ref| in units of one bf16 ulp at ref (ref in float64, nonzero)."""
+    ulp = torch.exp2(torch.floor(torch.log2(ref.abs())) - 7)
+    return ((y.double() - ref).abs() / ulp).max().item()
+
+
+# ---- 2. vision routing ------------------------------------------------------------------------
+
+
+def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, runner=None):
+    """The parts of a DeepSeek-V4.1 MoE layer ``vision_topk`` reads: SGLang's real ``MoEGate``
+    with the vision correction bias, its ``TopKConfig`` and routing-input resolution (a draft
+    layer: no expert-location dispatch)."""
+    from sglang.srt.layers.moe.topk import TopKConfig, resolve_routing_inputs
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+    from sglang.srt.models.deepseek_v2 import MoEGate
+
+    config = types.SimpleNamespace(
+        n_routed_experts=num_experts, hidden_size=64, topk_method="noaux_tc", router_fp32=True
+    )
+    gate = MoEGate(config, None, is_deepseek_v4=True, vl_correction_bias=True)
+    with torch.no_grad():
+        gate.e_score_correction_bias.copy_(0.1 * torch.randn(num_experts, generator=gen))
+        gate.e_score_correction_bias_vl.copy_(0.1 * torch.randn(num_experts, generator=gen))
+    gate = gate.to(device)
+    topk_config = TopKConfig(
+        top_k=top_k,
+        renormalize=True,
+        correction_bias=gate.e_score_correction_bias,
+        routed_scaling_factor=1.5,
+        scoring_func="sqrtsoftplus",
+        sqrtsoftplus_log1p=True,
+        runner_backend=None if runner is None else MoeRunnerBackend(runner),
+    )
+    topk = types.SimpleNamespace(
+        topk_config=topk_config,
+        routing_inputs=lambda: resolve_routing_inputs(layer_id=0, is_draft=True),
+    )
+    return types.SimpleNamespace(
+        topk=topk,
+        gate=gate,
+        config=types.SimpleNamespace(image_token_id=IMAGE_TOKEN_ID),
+        layer_id=0,
+    )
+
+
+# ---- 4. FlashMLA's sparse decode, as the DeepSeek-V4 backend calls it on SM90 -----------------
+
+H_Q = 64  # V4.1 heads, zero-padded to FlashMLA's 64 at TP > 1
+D_QK = D_V = 512  # 448 nope + 64 rope
+SOFTMAX_SCALE = D_QK**-0.5  # the backend's head_dim ** -0.5
+MAIN_PAGE = 256  # SWA page size
+EXTRA_PAGE = 64  # c4 page size (256 / 4)
+MAIN_PAGES = 32  # 8192 main slots
+EXTRA_PAGES = 64  # 4096 extra slots
+
+
+def flashmla_decoder():
+    """SGLang's V4 backend module and its FlashMLA call (``DeepseekV4AttnBackend.__init__``:
+    a partial over SGLang's wrapper, legacy unless the SWA layout is interleaved, which it
+    never is off SM100). Raises whatever the import raises."""
+    import functools
+
+    from sglang.kernels.ops.attention import flash_mla_interface
+    from sglang.srt.layers.attention import deepseek_v4_backend as backend
+
+    return types.SimpleNamespace(
+        backend=backend,
+        interface=flash_mla_interface,
+        arch=torch.cuda.get_device_capability()[0],
+        decode=functools.partial(flash_mla_interface.flash_mla_with_kvcache, use_legacy=True),
+    )
+
+
+def v4_caches(seed: int = 2026):
+    """(main, extra) random V4 caches of the sizes the tests and benchmarks use."""
+    gen = torch.Generator().manual_seed(seed)
+    return v4_kv_cache(MAIN_PAGES, MAIN_PAGE, gen), v4_kv_cache(EXTRA_PAGES, EXTRA_PAGE, gen)
+
+
+def v4_kv_cache(num_pages: int, page_size: int, gen: torch.Generator) -> torch.Tensor:
+    """A random, decodable V4 cache, as the backend hands it to FlashMLA.
+
+    The pool's buffer is uint8 ``[pages, padded page bytes]`` seen as the fp8 KV dtype; a page
+    is ``page_size`` data rows of 448 e4m3 + 64 bf16 (576 bytes), then ``page_size`` scale rows
+    of 7 ue8m0 exponents and a pad byte, padded to a multiple of 576. The backend keeps the first
+    ``page_size * 584`` bytes of each page and views them as ``[pages, page_size, 1, 584]``
+    (strides ``(padded, 584, 584, 1)``), from which FlashMLA detects the V4 format.
+    """
+    data_bytes, scale_bytes = 576, 8
+    bytes_per_token = data_bytes + scale_bytes
+    padded = -(-page_size * bytes_per_token // 576) * 576
+    buf = torch.zeros(num_pages, padded, dtype=torch.uint8)
+    data = buf[:, : page_size * data_bytes].view(num_pages, page_size, data_bytes)
+    nope = (torch.randn(num_pages, page_size, 448, generator=gen) * 2).to(torch.float8_e4m3fn)
+    rope = torch.randn(num_pages, page_size, 64, generator=gen).to(torch.bfloat16)
+    data[..., :448] = nope.view(torch.uint8)
+    data[..., 448:] = rope.view(torch.uint8)
+    scales = buf[:, page_size * data_bytes : page_size * bytes_per_token]
+    scales = scales.view(num_pages, page_size, scale_bytes)
+    scales[..., :7] = torch.randint(125, 130, (num_pages, page_size, 7), generator=gen).to(
+        torch.uint8
+    )
+    pool_buffer = buf.cuda().view(torch.float8_e4m3fn)  # DeepSeekV4SingleKVPool.get_key_buffer
+    view = pool_buffer[:, : page_size * bytes_per_token].view(
+        num_pages, page_size, 1, bytes_per_token
+    )
+    assert view.stride() == (padded, bytes_per_token, bytes_per_token, 1)
+    return view
+
+
+def slot_indices(b: int, s_q: int, topk: int, slots: int, gen: torch.Generator) -> torch.Tensor:
+    """int32 ``[b, s_q, topk]`` global token slots (page * page_size + offset), some -1."""
+    indices = torch.randint(0, slots, (b, s_q, topk), generator=gen, dtype=torch.int32)
+    indices[torch.rand(b, s_q, topk, generator=gen) < 1 / 16] = -1
+    return indices.cuda()
+
+
+def lengths(mode: str, b: int, topk: int, gen: torch.Generator) -> torch.Tensor:
+    """int32 ``[b]`` valid indices per batch entry: random in [0, topk], all 0, or all 1."""
+    if mode == "random":
+        values = torch.randint(0, topk + 1, (b,), generator=gen, dtype=torch.int32)
+    elif mode == "zero":
+        values = torch.zeros(b, dtype=torch.int32)
+    elif mode == "one":
+        values = torch.ones(b, dtype=torch.int32)
+    else:
+        raise ValueError(mode)
+    return values.cuda()
+
+
+@dataclass
+class Step:
+    """One attention layer's FlashMLA inputs at a decode/verify step, named as the backend's."""
+
+    q: torch.Tensor  # bf16 [b, s_q, h_q, 512]
+    swa_k_cache: torch.Tensor
+    swa_page_indices: torch.Tensor  # int32 [b, s_q, topk]
+    swa_topk_lengths: torch.Tensor  # int32 [b]
+    attn_sink: torch.Tensor  # fp32 [h_q]
+    extra_k_cache: torch.Tensor | None
+    extra_indices: torch.Tensor | None  # int32 [b, s_q, extra_topk]
+    extra_topk_lengths: torch.Tensor | None  # int32 [b]
+
+
+def make_step(caches, *, b, topk, extra_topk, mode, seed, s_q=1, h_q=H_Q) -> Step:
+    gen = torch.Generator().manual_seed(seed)
+    main, extra = caches
+    q = torch.randn(b, s_q, h_q, D_QK, generator=gen).to(torch.bfloat16).cuda()
+    step = Step(
+        q=q,
+        swa_k_cache=main,
+        swa_page_indices=slot_indices(b, s_q, topk, MAIN_PAGES * MAIN_PAGE, gen),
+        swa_topk_lengths=lengths(mode, b, topk, gen),
+        attn_sink=torch.randn(h_q, generator=gen).cuda(),
+        extra_k_cache=None,
+        extra_indices=None,
+        extra_topk_lengths=None,
+    )
+    if extra_topk:
+        step.extra_k_cache = extra
+        step.extra_indices = slot_indices(b, s_q, extra_topk, EXTRA_PAGES * EXTRA_PAGE, gen)
+        step.extra_topk_lengths = lengths(mode, b, extra_topk, gen)
+    return step
+
+
+# ---------------------------------------------------------------------------------------------
+# The backend's two calls, and comparisons
+
+
+def precompute(flashmla, step: Step, metadata) -> None:
+    """The backend's ``_maybe_precompute_flashmla_sched_meta`` call (our hook)."""
+    flashmla.backend._maybe_precompute_flashmla_sched_meta(
+        metadata,
+        q=step.q,
+        indices=step.swa_page_indices,
+        topk_length=step.swa_topk_lengths,
+        extra_indices=step.extra_indices,
+        extra_topk_length=step.extra_topk_lengths,
+    )
+
+
+def sglang_decode(flashmla, step: Step, metadata, *, ours: bool):
+    """``DeepseekV4AttnBackend._forward_attention``'s FlashMLA branch for DeepSeek-V4.1 with a
+    block-split cache: the schedule hook (when ``ours``), then the sparse decode on the same
+    metadata object. Returns ``(out [b, s_q, h_q, 512] bf16, lse [b, h_q, s_q] fp32)``."""
+    if ours:
+        precompute(flashmla, step, metadata)
+    return flashmla.decode(
+        q=step.q,
+        k_cache=step.swa_k_cache,
+        head_dim_v=D_V,
+        block_table=None,
+        cache_seqlens=None,
+        tile_scheduler_metadata=metadata,
+        softmax_scale=SOFTMAX_SCALE,
+        is_fp8_kvcache=True,
+        indices=step.swa_page_indices,
+        topk_length=step.swa_topk_lengths,
+        attn_sink=step.attn_sink,
+        extra_k_cache=step.extra_k_cache,
+        extra_indices_in_kvcache=step.extra_indices,
+        extra_topk_length=step.extra_topk_lengths,
+    )
