@@ -90,7 +90,8 @@ def router_cases(device):
         ids = torch.randint(0, 129000, (tokens,), generator=gen)
         ids[::2] = callers.IMAGE_TOKEN_ID
         logits = torch.randn(tokens, callers.EXPERTS, generator=gen).to(device)
-        run = lambda logits=logits, ids=ids.to(device): deepseek_v2.vision_topk(moe, logits, ids)
+        ids = ids.to(device)
+        run = lambda logits=logits, ids=ids: deepseek_v2.vision_topk(moe, logits, ids)
         yield "router", f"T {tokens}, E 384, top-6", tokens, run, (deepseek_v2, ("vision_topk",))
 
 

@@ -203,7 +203,8 @@ def test_exit_report_prints_fire_counts(plugin):
     import json
 
     stderr = run_server_start(plugin, DSV41_KERNELS_REPORT="1")
-    (line,) = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels fire counts:")]
+    prefix = "dsv41-kernels fire counts:"
+    (line,) = [line for line in stderr.splitlines() if line.startswith(prefix)]
     counts = json.loads(line.split(":", 1)[1])
     assert counts["accept._row_argmax"]["ours"] == 1
     (reason,) = counts["accept._row_argmax"]["sglang"]  # 100 columns: below the kernel's minimum

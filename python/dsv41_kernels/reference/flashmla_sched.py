@@ -4,8 +4,8 @@ FlashMLA's decode kernels give each of ``num_sm_parts`` persistent partitions an
 the batch's KV blocks; every request also costs ``fixed_overhead_num_blocks`` per chunk it is
 cut into. This module restates how FlashMLA computes that schedule, byte for byte, as the
 schedulers of sgl-flash-mla 1.0.0 (the FlashMLA SGLang 0.5.23 runs, legacy and current) write
-it, including the partitions that find no work (see :func:`decoding_sched_meta`). All arithmetic is C ``int`` arithmetic:
-division truncates toward zero.
+it, including the partitions that find no work (see :func:`decoding_sched_meta`). All
+arithmetic is C ``int`` arithmetic: division truncates toward zero.
 """
 
 from __future__ import annotations

@@ -11,17 +11,19 @@ locates its begin and end in shared memory), with the walk itself kept for batch
 to stage in shared memory.
 
 Contract: writes, in place and on the current stream, exactly what the schedulers of
-sgl-flash-mla 1.0.0 (the FlashMLA SGLang 0.5.23 calls; its legacy SM90 kernels consume this
-schedule on Hopper) write (specs.md section A; left-over partitions as below): ``tile_scheduler_metadata`` int32 ``[num_sm_parts, 8]`` (fields in
+sgl-flash-mla 1.0.0 write (the FlashMLA SGLang 0.5.23 calls; its legacy SM90 kernels consume
+this schedule on Hopper; specs.md section A, left-over partitions as below):
+``tile_scheduler_metadata`` int32 ``[num_sm_parts, 8]`` (fields in
 :data:`dsv41_kernels.reference.flashmla_sched.RECORD_FIELDS`) and ``num_splits`` int32
 ``[batch_size + 1]``. Sparse mode for ``topk > 0``, dense mode for ``topk == -1``.
 
 Exactness: bit-identical to :func:`dsv41_kernels.reference.decoding_sched_meta` and to the
 FlashMLA-structured baseline kernel over all 8 fields, including the left-over partitions
 (``[b, b - 1, 0, end block of request b - 1, 0, 0, 0]``, ``begin_block_idx = 0`` as
-sgl-flash-mla 1.0.0 writes it) and ``_pad`` (written 0; FlashMLA never writes it). The kernel path never syncs the host and never allocates, so it can
-be captured in a CUDA graph; the fallback (CPU tensors, non-contiguous layouts, no tvm-ffi)
-runs the reference on the lengths' values, which syncs when they live on a GPU.
+sgl-flash-mla 1.0.0 writes it) and ``_pad`` (written 0; FlashMLA never writes it). The kernel
+path never syncs the host and never allocates, so it can be captured in a CUDA graph; the
+fallback (CPU tensors, non-contiguous layouts, no tvm-ffi) runs the reference on the lengths'
+values, which syncs when they live on a GPU.
 """
 
 from __future__ import annotations
