@@ -28,27 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
-try:
-    import dsv41_kernels  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
-    import dsv41_kernels  # noqa: F401
-
+from dsv41_kernels.cases.decoding_sched_meta import baseline_decoding_sched_meta
+from dsv41_kernels.cases.hc_combine_norm import example_inputs
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
-    BLOCK_SIZE_N,
-    baseline_decoding_sched_meta,
+    DecodingSchedConfig,
     decoding_sched_meta,
     device_sched_config,
 )
-from dsv41_kernels.ops.layernorm.hc_combine_norm import (
-    example_inputs,
-    hc_combine_norm,
-    hc_combine_norm_mxfp8,
-)
+from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm, hc_combine_norm_mxfp8
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, pack_topk
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_torch
@@ -124,11 +114,11 @@ def sched_group(device):
         meta = torch.empty(parts, 8, dtype=torch.int32, device=device)
         splits = torch.empty(2, dtype=torch.int32, device=device)
         launches.append((meta, splits, lengths.to(device)))
-    schedule = dict(block_size_n=BLOCK_SIZE_N, fixed_overhead_num_blocks=overhead, topk=INDEX_TOPK)
+    config = DecodingSchedConfig(topk=INDEX_TOPK, fixed_overhead_num_blocks=overhead)
 
     def run(kernel):
         for meta, splits, lengths in launches:
-            kernel(meta, splits, topk_length=lengths, **schedule)
+            kernel(meta, splits, config, topk_length=lengths)
 
     return (lambda: run(baseline_decoding_sched_meta), lambda: run(decoding_sched_meta))
 

@@ -154,7 +154,7 @@ def test_vision_router_equals_sglang(plugin, spy, runner, padded):
     from sglang.srt.multimodal.dsv41 import vl_routing
 
     from dsv41_kernels import pack_topk
-    from dsv41_kernels.ops.moe.moe_fused_gate import fp32_ulp_distance
+    from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
     from dsv41_kernels.sglang_plugin import router
 
     calls = spy(router, "moe_fused_gate")

@@ -1,4 +1,4 @@
-"""Call site 1: DSpark's greedy accept -> :func:`dsv41_kernels.row_argmax` / ``accept_greedy``.
+"""Call site 1: DSpark's greedy accept -> ``row_argmax`` / ``accept_greedy``.
 
 SGLang 0.5.23 computes the verify argmax with ``torch.argmax`` (its fast kernel is off by
 default because it selects NaN differently). Ours is bitwise ``torch.argmax``, so it is on by
@@ -19,8 +19,9 @@ from __future__ import annotations
 import torch
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import accept_greedy, accept_greedy_admission, row_argmax, row_argmax_admission
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
+from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
 
 _MODULE = "sglang.kernels.ops.speculative.dspark.dspark_accept"
 _ACCEPT_KEYWORDS = frozenset(
@@ -38,8 +39,9 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 def row_argmax_hook(original, logits, fused=False):
     """``_row_argmax``: our exact argmax wherever it is admitted (``fused`` only chose
     SGLang's inexact kernel, which ours supersedes)."""
-    if row_argmax_admission(logits):
-        return row_argmax(logits)
+    admission = row_argmax_admission(logits)
+    if admission:
+        return row_argmax(logits, admission=admission)
     return original(logits, fused=fused)
 
 
@@ -68,9 +70,10 @@ def accept_greedy_hook(original, *args, **kwargs):
     candidates = kwargs["candidates"]
     logits = kwargs["target_logits"]
     cutoff = kwargs.get("cutoff_verify_lens")
-    if not accept_admission(candidates, logits, kwargs["verify_num_draft_tokens"], cutoff):
+    admission = accept_admission(candidates, logits, kwargs["verify_num_draft_tokens"], cutoff)
+    if not admission:
         return original(**kwargs)
-    return accept_greedy(candidates, logits, cutoff_verify_lens=cutoff)
+    return accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, admission=admission)
 
 
 HOOKS = (

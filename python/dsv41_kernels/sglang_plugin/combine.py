@@ -1,4 +1,4 @@
-"""Call site 3: the mHC combine+norm -> :func:`dsv41_kernels.hc_combine_norm` (``_mxfp8``).
+"""Call site 3: the mHC combine+norm -> ``hc_combine_norm`` (``_mxfp8``).
 
 ``sglang.srt.models.deepseek_v4_mhc._combine(hc, state, quantized)`` collapses the four
 residual streams with ``pre``, rounds to bf16 and RMS-normalises. SGLang passes a list as
@@ -19,8 +19,12 @@ import torch
 from sglang.srt.layers.quantization.mxfp8_input import Mxfp8SwizzledInput
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import hc_combine_norm, hc_combine_norm_admission, hc_combine_norm_mxfp8
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.mhc.hc_combine_norm import (
+    hc_combine_norm,
+    hc_combine_norm_admission,
+    hc_combine_norm_mxfp8,
+)
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
 MAX_QUANTIZED_ROWS = 128
@@ -47,15 +51,16 @@ def combine_hook(original, hc, state, quantized):
     quantize = (
         quantized is not None and isinstance(x, torch.Tensor) and x.shape[0] <= MAX_QUANTIZED_ROWS
     )
-    if not combine_admission(hc, state, quantize):
+    admission = combine_admission(hc, state, quantize)
+    if not admission:
         return original(hc, state, quantized)
     x_flat = x.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
     if quantize:
-        y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
+        y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps, admission=admission)
         quantized.append(Mxfp8SwizzledInput(q.data, q.scales))
         return y
-    return hc_combine_norm(x_flat, state.pre, weight, eps)
+    return hc_combine_norm(x_flat, state.pre, weight, eps, admission=admission)
 
 
 HOOKS = ((_TARGET, combine_hook, HookType.AROUND),)

@@ -1,9 +1,9 @@
-"""Call site 2: DeepSeek-V4.1 vision routing -> :func:`dsv41_kernels.moe_fused_gate`.
+"""Call site 2: DeepSeek-V4.1 vision routing -> ``moe_fused_gate``.
 
 ``sglang.srt.multimodal.dsv41.vl_routing.vision_topk`` routes every MoE layer of a V4.1
 checkpoint with a vision tower (``deepseek_v2`` and ``mega_moe`` import it by name; SGLang's
 hook registry rewrites those bindings). Ours computes the same ids and weights in one launch
-and, when :func:`dsv41_kernels.emits_packed_ids` admits (FlashInfer MXFP4 runner, no fused
+and, when :func:`emits_packed_ids` admits (FlashInfer MXFP4 runner, no fused
 shared slots, no expert-location remapping, no MegaMoE all-to-all, no routing simulation),
 writes the packed ids the runner consumes in that same launch. SGLang's own post-processing
 (``_finish_vision_topk``: routed-experts capture, the expert-distribution recorder) still runs
@@ -24,10 +24,41 @@ from sglang.srt.layers.moe.utils import get_moe_a2a_backend
 from sglang.srt.multimodal.dsv41 import vl_routing
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels import emits_packed_ids, moe_fused_gate, moe_fused_gate_admission
-from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.admission import Admission, admit, refuse
+from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
 
 _TARGET = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk"
+PACKED_RUNNER = "flashinfer_mxfp4"
+"""The only MoE runner in SGLang 0.5.23 that consumes packed ids."""
+MEGAMOE_A2A = "megamoe"
+"""SGLang's ``MoeA2ABackend.MEGAMOE`` value: its all-to-all takes unpacked ids."""
+
+
+def emits_packed_ids(
+    *,
+    num_fused_shared_experts: int,
+    expert_location_remapped: bool,
+    a2a_backend: str,
+    simulating_routing: bool,
+    moe_runner_backend: str | None,
+) -> Admission:
+    """Whether the router should also write packed ids: only when nothing rewrites its outputs.
+
+    The packed ids are taken from the router's final ids and weights, so every later rewrite
+    of either (shared-expert rescaling, expert-location remapping, routing simulation) rules
+    them out, as do a MegaMoE all-to-all and a runner that does not read them.
+    """
+    if num_fused_shared_experts:
+        return refuse("fused shared-expert slots are rescaled after the router")
+    if expert_location_remapped:
+        return refuse("expert-location remapping rewrites ids after the router")
+    if a2a_backend == MEGAMOE_A2A:
+        return refuse("MegaMoE all-to-all takes unpacked ids")
+    if simulating_routing:
+        return refuse("routing simulation rewrites ids and weights after the router")
+    if moe_runner_backend != PACKED_RUNNER:
+        return refuse(f"MoE runner {moe_runner_backend!r} does not consume packed ids")
+    return admit("packed ids", f"{PACKED_RUNNER} consumes packed ids")
 
 
 def _enum_value(member) -> str | None:
@@ -78,7 +109,8 @@ def vision_topk_hook(
     bias, bias_alt = moe.gate.e_score_correction_bias, moe.gate.e_score_correction_bias_vl
     if input_ids is None:
         bias_alt = None
-    if not router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info):
+    admission = router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info)
+    if not admission:
         return original(moe, logits, input_ids, num_token_non_padded, expert_location_dispatch_info)
     packed = None
     if packed_ids_admission(config, dispatch_info):
@@ -99,6 +131,7 @@ def vision_topk_hook(
         num_shared_slots=config.num_shared_topk_slots,
         num_token_non_padded=rows,
         packed_out=packed,
+        admission=admission,
     )
     # Padded rows are already id -1 / weight 0, as SGLang's own fused router leaves them.
     weights, ids = vl_routing._finish_vision_topk(

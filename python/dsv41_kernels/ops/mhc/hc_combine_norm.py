@@ -17,7 +17,7 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   (batch-invariant), and ``hc_combine_norm`` and the fused form, which always take the same
   kernel for the same shapes, give the same y:
 
-  - on sm_90+ (with a CUDA toolchain and aligned rows, :func:`uses_cuda_kernel`) the CUDA
+  - on sm_90+ (with a CUDA toolchain and aligned rows, :func:`cuda_kernel_fits`) the CUDA
     kernel ``sgl-kernel/csrc/hc_combine_norm.cu``: a row is split over a thread-block cluster
     of C CTAs (C = 4 for H = 5120 and 4096), each holding H/C columns, and the sum is per
     thread in column order, a butterfly over each warp, then the warp sums of the whole
@@ -35,7 +35,8 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   order-free and rounded once, so it is within one bf16 ulp of float64 too but **not bitwise
   equal** to the kernel; the Triton interpreter's sum order is numpy's, not the GPU's.
 - ``hc_combine_norm_mxfp8`` returns ``(y, Mxfp8SwizzledInput(data, scales))`` **bitwise equal**
-  to ``hc_combine_norm`` followed by :func:`dsv41_kernels.mxfp8_quantize` (FlashInfer's cuda
+  to ``hc_combine_norm`` followed by
+  :func:`dsv41_kernels.ops.quantization.mxfp8_quantize.mxfp8_quantize` (FlashInfer's cuda
   backend bytes, 128x4 swizzled scales); the scale buffer is written in full, padding rows up
   to the 128-row tile and padding columns 0, for any ``m`` (on the kernel path both forms run
   the kernel; with the fallback, both the reference).
@@ -58,30 +59,30 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
+from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
 from dsv41_kernels.jit import load_module, sm_major, toolchain_available
-from dsv41_kernels.ops.quantization.mxfp8_quantize import (
-    Mxfp8SwizzledInput,
+from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
-    mxfp8_quantize,
     padding_programs,
-    quantize_into,
     swizzled_scale_offset,
     zero_padding_scale_words,
 )
+from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, quantize_into
 from dsv41_kernels.reference.mhc import HC_MULT
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
 
 MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
+CUDA_CLUSTER = "cuda cluster"
+TRITON = "triton"
 
 
 class KernelVariant(NamedTuple):
-    """Launch shape of the kernel, an internal knob for benchmarking (``--sweep``). The sum of
-    squares' order follows the tile layout, which ``num_warps`` sets, so y's bits depend on the
-    variant (never on ``m`` or the row's position); ``hc_combine_norm`` and
-    ``hc_combine_norm_mxfp8`` given the same variant give the same y."""
+    """Launch shape of the Triton kernel (:func:`run_kernel`; the benchmark's ``--sweep`` times
+    others). The sum of squares' order follows the tile layout, which ``num_warps`` sets, so
+    y's bits depend on the variant (never on ``m`` or the row's position); both forms given the
+    same variant give the same y."""
 
     num_warps: int = 4  # H = 5120: 40 values a lane with 4 warps
     hw_round: bool = False  # fp32 -> bf16 by cvt.rn.bf16x2.f32 (GPU only; the same bits)
@@ -92,8 +93,9 @@ class KernelVariant(NamedTuple):
 DEFAULT_VARIANT = KernelVariant(num_warps=8, hw_round=True)
 
 
-def _check_inputs(x, pre, weight, eps, *, quantize: bool) -> tuple[int, int]:
-    """Raise ValueError naming the argument unless the shapes and dtypes are the contract's."""
+def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, int]:
+    """Raise ValueError naming the argument unless the shapes and dtypes are the contract's;
+    returns ``(m, H)``. ``out``: y, or ``(y, (data, scales))`` with ``quantize``."""
     check_tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     m, width = x.shape
     if width % HC_MULT or width == 0:
@@ -112,6 +114,16 @@ def _check_inputs(x, pre, weight, eps, *, quantize: bool) -> tuple[int, int]:
             raise ValueError(f"{name} is on {t.device}, x on {x.device}")
     if not isinstance(eps, (int, float)) or not eps >= 0:
         raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+    if out is None:
+        return m, h
+    if not quantize:
+        _check_out("out", out, (m, h), torch.bfloat16, x.device)
+        return m, h
+    y, (data, scales) = out
+    _check_out("out y", y, (m, h), torch.bfloat16, x.device)
+    _check_out("out data", data, (m, h), torch.float8_e4m3fn, x.device)
+    size = scale_buffer_size(m, h, swizzled=True)
+    _check_out("out scales", scales, (size,), torch.uint8, x.device)
     return m, h
 
 
@@ -123,30 +135,39 @@ def _check_out(name: str, t, shape, dtype, device) -> None:
         )
 
 
-def hc_combine_norm_admission(
-    x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor, *, quantize: bool = False, out=None
-) -> Admission:
-    """Whether a kernel may run, and which (``quantize``: the fused MXFP8 form); pure: shapes,
-    dtypes, strides, alignment and the device, never values. ``out`` is the caller's output
-    (y, or ``(y, Mxfp8SwizzledInput)`` with ``quantize``), whose y strides matter too; e4m3
-    data or scales that the epilogue cannot write in place (strided, unaligned) are filled by
-    the quantizer after the kernel, so the bits stay those of the unfused pair."""
-    _, h = _check_inputs(x, pre, weight, 0.0, quantize=quantize)
+def _plan(x, weight, y, *, quantize: bool) -> Admission:
+    """The kernel for valid arguments; ``y`` is the caller's y (or None), whose strides matter."""
     where = triton_device(x)
     if not where:
         return where
+    h = x.shape[1] // HC_MULT
     if h % SF_VEC_SIZE:
         return refuse(f"H = {h} is not a multiple of {SF_VEC_SIZE}")
     if sum(_row_tiles(h)) * SF_VEC_SIZE > MAX_ROW_BLOCK:
         return refuse(f"H = {h}: a row does not fit one program's registers")
     if x.stride(1) != 1:
         return refuse("x's last-dim stride != 1")
-    y = out[0] if quantize and out is not None else out
     if y is not None and y.stride(1) != 1:
         return refuse("out y's last-dim stride != 1")
     form = "combine+norm+mxfp8" if quantize else "combine+norm"
-    kernel = "cuda cluster" if uses_cuda_kernel(x, weight, y) else "triton"
-    return admit(f"{where.reason}, {kernel}, {form}, H = {h}")
+    kernel = CUDA_CLUSTER if cuda_kernel_fits(x, weight, y) else TRITON
+    return admit(kernel, f"{where.reason}, {kernel}, {form}, H = {h}")
+
+
+def hc_combine_norm_admission(
+    x: torch.Tensor, pre: torch.Tensor, weight: torch.Tensor, *, quantize: bool = False, out=None
+) -> Admission:
+    """Whether a kernel runs, and which (``quantize``: the fused MXFP8 form); pure: shapes,
+    dtypes, strides, alignment and the device, never values. ``out`` is the caller's output
+    (y, or ``(y, Mxfp8SwizzledInput)`` with ``quantize``), whose y strides matter too; e4m3
+    data or scales that the epilogue cannot write in place (strided, unaligned) are filled by
+    the quantizer after the kernel, so the bits stay those of the unfused pair."""
+    try:
+        _validate(x, pre, weight, 0.0, quantize=quantize, out=out)
+    except ValueError as e:
+        return invalid(e)
+    y = out[0] if quantize and out is not None else out
+    return _plan(x, weight, y, quantize=quantize)
 
 
 CUDA_MAX_CTA_COLUMNS = 10240
@@ -159,9 +180,9 @@ def _cuda_cluster(h: int) -> int:
     return next(c for c in (4, 2, 1) if h % (SF_VEC_SIZE * c) == 0)
 
 
-def uses_cuda_kernel(x, weight, y=None) -> bool:
-    """The CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) instead of the Triton
-    one, for both ops alike: sm_90+ (thread-block clusters), a CUDA toolchain, 16-byte aligned
+def cuda_kernel_fits(x, weight, y=None) -> bool:
+    """The CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) can run, for both
+    forms alike: sm_90+ (thread-block clusters), a CUDA toolchain, 16-byte aligned
     rows of x and of y (the caller's ``out``, if any) and a contiguous 16-byte aligned weight.
     Pure: shapes, strides, alignment and the device."""
     h = x.shape[1] // HC_MULT
@@ -410,18 +431,27 @@ def launch(
     )
 
 
-def _launch_kernel(x, pre, weight, eps, y, quantized, variant: KernelVariant | None) -> None:
-    """The CUDA cluster kernel where :func:`uses_cuda_kernel` admits it (and no Triton variant
-    is asked for), else the Triton kernel. The choice depends on x, weight and y only, so
-    both ops take the same kernel and give the same y."""
-    cuda = variant is None and uses_cuda_kernel(x, weight, y)
+def run_kernel(
+    x,
+    pre,
+    weight,
+    eps: float,
+    y: torch.Tensor,
+    quantized: Mxfp8SwizzledInput | None,
+    kernel: str,
+    variant: KernelVariant = DEFAULT_VARIANT,
+) -> None:
+    """Run ``kernel`` (:data:`CUDA_CLUSTER` or :data:`TRITON`, at ``variant``'s launch shape)
+    into ``y`` and, given, ``quantized``. An epilogue that cannot write the caller's MXFP8
+    outputs in place leaves them to the quantizer, after the combine alone: the same bits."""
+    cuda = kernel == CUDA_CLUSTER
     fused = quantized is not None and _epilogue_writes(quantized, cuda)
     if cuda:
         data, scales = (quantized.data.view(torch.uint8), quantized.scales) if fused else (y, y)
         module = load_module("hc_combine_norm", x.device.index or 0)
         module.hc_combine_norm_cuda(x, pre, weight, y, data, scales, eps, fused)
     else:
-        launch(x, pre, weight, eps, y, quantized if fused else None, variant or DEFAULT_VARIANT)
+        launch(x, pre, weight, eps, y, quantized if fused else None, variant)
     if quantized is not None and not fused:
         quantize_into(y, quantized.data, quantized.scales, swizzled=True)
 
@@ -433,24 +463,24 @@ def hc_combine_norm(
     eps: float,
     *,
     out: torch.Tensor | None = None,
-    _variant: KernelVariant | None = None,
+    admission: Admission | None = None,
 ) -> torch.Tensor:
     """Combine the 4 streams of ``x [m, 4*H]`` bf16 with ``pre [m, 4]`` fp32, round to bf16 and
     RMS-normalise with ``weight [H]`` bf16: ``y [m, H]`` bf16 (see the module contract).
 
     ``out`` (bf16 ``[m, H]``) is written in place, keeping the call allocation-free inside
-    CUDA-graph capture. ``_variant`` (internal): the Triton kernel with this launch shape,
-    even where the CUDA kernel would run.
+    CUDA-graph capture. ``admission``: this call's :func:`hc_combine_norm_admission`, when the
+    caller already made it.
     """
-    m, h = _check_inputs(x, pre, weight, eps, quantize=False)
+    m, h = _validate(x, pre, weight, eps, quantize=False, out=out)
+    if admission is None:
+        admission = _plan(x, weight, out, quantize=False)
     if out is None:
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
-    else:
-        _check_out("out", out, (m, h), torch.bfloat16, x.device)
     if m == 0:
         return out
-    if hc_combine_norm_admission(x, pre, weight, out=out):
-        _launch_kernel(x, pre, weight, eps, out, None, _variant)
+    if admission:
+        run_kernel(x, pre, weight, eps, out, None, admission.kernel)
     else:
         out.copy_(reference_hc_combine_norm(x, pre, weight, eps))
     return out
@@ -463,17 +493,17 @@ def hc_combine_norm_mxfp8(
     eps: float,
     *,
     out: tuple[torch.Tensor, Mxfp8SwizzledInput] | None = None,
-    _variant: KernelVariant | None = None,
+    admission: Admission | None = None,
 ) -> tuple[torch.Tensor, Mxfp8SwizzledInput]:
     """:func:`hc_combine_norm` and its MXFP8 quantization in one launch (``H % 32 == 0``).
 
     Returns ``(y, Mxfp8SwizzledInput(data, scales))``: y bf16 [m, H], data float8_e4m3fn
     [m, H], scales uint8 ``rup(m, 128) * rup(H/32, 4)`` bytes in the 128x4 layout, bitwise
     equal to ``hc_combine_norm`` then ``mxfp8_quantize``. ``out`` (the same structure) is
-    written in place. ``_variant`` (internal): the Triton kernel with this launch shape; the
-    same variant in ``hc_combine_norm`` gives the same y.
+    written in place. ``admission``: this call's ``hc_combine_norm_admission(...,
+    quantize=True)``, when the caller already made it.
     """
-    m, h = _check_inputs(x, pre, weight, eps, quantize=True)
+    m, h = _validate(x, pre, weight, eps, quantize=True, out=out)
     if out is None:
         y = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
         quantized = Mxfp8SwizzledInput(
@@ -481,77 +511,14 @@ def hc_combine_norm_mxfp8(
             torch.empty(scale_buffer_size(m, h, swizzled=True), dtype=torch.uint8, device=x.device),
         )
     else:
-        y, quantized = out
-        quantized = Mxfp8SwizzledInput(*quantized)
-        _check_out("out y", y, (m, h), torch.bfloat16, x.device)
-        _check_out("out data", quantized.data, (m, h), torch.float8_e4m3fn, x.device)
-        size = scale_buffer_size(m, h, swizzled=True)
-        _check_out("out scales", quantized.scales, (size,), torch.uint8, x.device)
+        y, quantized = out[0], Mxfp8SwizzledInput(*out[1])
+    if admission is None:
+        admission = _plan(x, weight, y if out is not None else None, quantize=True)
     if m == 0:
         return y, quantized
-    if hc_combine_norm_admission(x, pre, weight, quantize=True, out=(y, quantized)):
-        _launch_kernel(x, pre, weight, eps, y, quantized, _variant)
+    if admission:
+        run_kernel(x, pre, weight, eps, y, quantized, admission.kernel)
     else:
         y.copy_(reference_hc_combine_norm(x, pre, weight, eps))
         quantize_into(y, quantized.data, quantized.scales, swizzled=True)
     return y, quantized
-
-
-def beyond_one_bf16_ulp(y: torch.Tensor, y64: torch.Tensor) -> int:
-    """Elements of bf16 ``y`` farther than one bf16 ulp (at ``y64``'s magnitude) from the float64
-    ``y64``; NaN matches NaN and an infinity itself."""
-    yd = y.double()
-    _, exponent = torch.frexp(y64)
-    ulp = torch.ldexp(torch.ones_like(y64), torch.clamp(exponent - 1, min=-126) - 7)
-    close = (yd - y64).abs() <= ulp
-    special = (torch.isnan(yd) & torch.isnan(y64)) | (torch.isinf(y64) & (yd == y64))
-    return int((~(close | special)).sum().item())
-
-
-def example_inputs(m: int, h: int, device, *, seed: int, scale: float = 1.0):
-    """x [m, 4h] bf16 at magnitude ``scale``, pre [m, 4] fp32 gates in (0, 1], weight [h] bf16."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = (torch.randn(m, HC_MULT * h, generator=gen) * scale).to(torch.bfloat16)
-    pre = torch.rand(m, HC_MULT, generator=gen) + 1e-6
-    weight = (1.0 + 0.1 * torch.randn(h, generator=gen)).to(torch.bfloat16)
-    return x.to(device), pre.to(device), weight.to(device)
-
-
-def unfused(x, pre, weight, eps, variant: KernelVariant | None = None):
-    """The pair the fused op replaces: :func:`hc_combine_norm` then :func:`mxfp8_quantize`
-    (``variant``: the Triton kernel with that launch shape, as the fused op's ``_variant``)."""
-    y = hc_combine_norm(x, pre, weight, eps, _variant=variant)
-    return y, mxfp8_quantize(y, swizzled=True)
-
-
-def check_cases(device: torch.device, small: bool) -> list:
-    from dsv41_kernels.check import CheckCase, bit_mismatches
-
-    eps = 1e-6
-    shapes = [(3, 64), (5, 96)] if small else [(1, 5120), (6, 5120), (64, 5120), (300, 4096)]
-    cases = []
-    for m, h in shapes:
-        x, pre, weight = example_inputs(m, h, device, seed=m * h)
-        args = (x, pre, weight, eps)
-        cases.append(
-            CheckCase(
-                op="hc_combine_norm",
-                shape=f"[{m}, 4x{h}] bf16 (mismatches: beyond 1 bf16 ulp of float64)",
-                admission=hc_combine_norm_admission(x, pre, weight),
-                run=lambda a=args: hc_combine_norm(*a),
-                reference=lambda a=args: reference_hc_combine_norm(*a, dtype=torch.float64),
-                mismatches=beyond_one_bf16_ulp,
-            )
-        )
-        cases.append(
-            CheckCase(
-                op="hc_combine_norm_mxfp8",
-                shape=f"[{m}, 4x{h}] bf16 vs hc_combine_norm + mxfp8_quantize",
-                admission=hc_combine_norm_admission(x, pre, weight, quantize=True),
-                run=lambda a=args: hc_combine_norm_mxfp8(*a),
-                reference=lambda a=args: unfused(*a),
-                mismatches=bit_mismatches,
-                baseline=lambda a=args: unfused(*a),
-            )
-        )
-    return cases

@@ -3,24 +3,25 @@ import math
 import pytest
 import torch
 
-from dsv41_kernels import (
-    Mxfp8SwizzledInput,
+from dsv41_kernels.admission import admit, triton_interpreter
+from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.cases.hc_combine_norm import (
+    beyond_one_bf16_ulp,
+    example_inputs,
+    triton_forms,
+    unfused,
+)
+from dsv41_kernels.jit import sm_major, toolchain_available
+from dsv41_kernels.ops.mhc.hc_combine_norm import (
+    CUDA_CLUSTER,
+    TRITON,
+    KernelVariant,
+    cuda_kernel_fits,
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
-    mxfp8_quantize,
 )
-from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.check import bit_mismatches
-from dsv41_kernels.jit import sm_major, toolchain_available
-from dsv41_kernels.ops.layernorm.hc_combine_norm import (
-    DEFAULT_VARIANT,
-    KernelVariant,
-    beyond_one_bf16_ulp,
-    example_inputs,
-    unfused,
-    uses_cuda_kernel,
-)
+from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
 from dsv41_kernels.reference.mhc import bf16_sum_of_squares
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_quantize
@@ -153,8 +154,8 @@ def test_launch_variants_keep_fused_equal_to_unfused():
     x, pre, weight = example_inputs(3, 64, "cpu", seed=4)
     y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
     for variant in (KernelVariant(8, True), KernelVariant(16, False)):
-        fused = hc_combine_norm_mxfp8(x, pre, weight, EPS, _variant=variant)
-        assert_bits_equal(fused, unfused(x, pre, weight, EPS, variant))
+        y_alone, fused = triton_forms(x, pre, weight, EPS, variant)
+        assert_bits_equal(fused, (y_alone, mxfp8_quantize(y_alone)))
         assert beyond_one_bf16_ulp(fused[0], y64) == 0
 
 
@@ -276,6 +277,11 @@ def test_bad_input_raises_value_error(name):
         hc_combine_norm(**args)
     with pytest.raises(ValueError, match=message):
         hc_combine_norm_mxfp8(**args)
+    if name != "eps":  # the admission takes no eps; it refuses, never raises
+        args.pop("eps")
+        for quantize in (False, True):
+            verdict = hc_combine_norm_admission(**args, quantize=quantize)
+            assert not verdict and verdict.reason.startswith("invalid arguments")
 
 
 def test_bad_shapes_specific_to_each_form():
@@ -347,8 +353,9 @@ def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one(
     for m, h in ((1, 5120), (6, 5120), (300, 4096), (130, 1024 + 32)):
         x, pre, weight = _gpu_case(m, h, 1.0, seed=31 * m + h)
         assert "cuda cluster" in hc_combine_norm_admission(x, pre, weight, quantize=True).reason
+        assert hc_combine_norm_admission(x, pre, weight).kernel == CUDA_CLUSTER
         cuda_y = hc_combine_norm(x, pre, weight, EPS)
-        triton_y = hc_combine_norm(x, pre, weight, EPS, _variant=DEFAULT_VARIANT)
+        triton_y = hc_combine_norm(x, pre, weight, EPS, admission=admit(TRITON))
         y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
         assert beyond_one_bf16_ulp(cuda_y, y64) == 0
         assert beyond_one_bf16_ulp(triton_y, y64) == 0
@@ -359,7 +366,8 @@ def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one(
         assert_bits_equal(got, (cuda_y, mxfp8_quantize(cuda_y)))
         # A misaligned y: both ops take the Triton kernel.
         odd_y = torch.empty(m * h + 1, dtype=torch.bfloat16, device="cuda")[1:].view(m, h)
-        assert not uses_cuda_kernel(x, weight, odd_y)
+        assert not cuda_kernel_fits(x, weight, odd_y)
+        assert hc_combine_norm_admission(x, pre, weight, out=odd_y).kernel == TRITON
         assert_bits_equal(hc_combine_norm(x, pre, weight, EPS, out=odd_y), triton_y)
         quantized = Mxfp8SwizzledInput(*mxfp8_quantize(cuda_y))
         got = hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(odd_y, quantized))
@@ -407,6 +415,6 @@ def test_gpu_strided_rows_and_cuda_graph_capture():
 
 def test_cuda_kernel_is_only_chosen_for_cuda_tensors():
     x, pre, weight = example_inputs(2, 64, "cpu", seed=1)
-    assert not uses_cuda_kernel(x, weight)
+    assert not cuda_kernel_fits(x, weight)
     admission = hc_combine_norm_admission(x, pre, weight, quantize=True)
-    assert "cuda cluster" not in admission.reason
+    assert "cuda cluster" not in admission.reason and admission.kernel != CUDA_CLUSTER
