@@ -350,41 +350,22 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 // Checks every argument and returns the kernel parameters (part.size(0) slices).
 Params checked_params(const TensorView& x, const TensorView& w, const TensorView& part,
                       const TensorView& sqsum) {
-  if (x.ndim() != 2 || !is_dtype(x, kDLBfloat, 16) || x.device().device_type != kDLCUDA) {
-    TVM_FFI_THROW(ValueError) << "x must be a 2-D bfloat16 CUDA tensor";
-  }
+  check_tensor(x, "x", {kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kRows, 16);
   const int64_t m = x.size(0);
   const int64_t k = x.size(1);
   if (k <= 0 || k % kBlockK != 0 || k > (int64_t{1} << 30)) {
     TVM_FFI_THROW(ValueError) << "x: K = " << k << " must be a positive multiple of " << kBlockK;
   }
   if (m > (int64_t{1} << 30)) TVM_FFI_THROW(ValueError) << "x: " << m << " rows is too many";
-  if (x.stride(1) != 1) TVM_FFI_THROW(ValueError) << "x must have last-dim stride 1";
-  if (address(x) % 16 != 0 || (x.stride(0) * 2) % 16 != 0) {
-    TVM_FFI_THROW(ValueError) << "x: base and row stride must be 16-byte aligned";
-  }
   const int device = x.device().device_id;
-  auto same_device = [&](const TensorView& t) { return on_cuda_device(t, device); };
-  if (w.ndim() != 2 || !is_dtype(w, kDLFloat, 32) || w.size(0) != kPackedCols || w.size(1) != k ||
-      !w.IsContiguous() || !same_device(w) || address(w) % 16 != 0) {
-    TVM_FFI_THROW(ValueError) << "w must be float32 [" << kPackedCols << ", " << k
-                              << "], contiguous, 16-byte aligned, on x's device";
-  }
-  if (part.ndim() != 3 || !is_dtype(part, kDLFloat, 32) || part.size(1) != m ||
-      part.size(2) != kPackedCols || !part.IsContiguous() || !same_device(part) ||
-      address(part) % 8 != 0) {
-    TVM_FFI_THROW(ValueError) << "part must be float32 [S, " << m << ", " << kPackedCols
-                              << "], contiguous, on x's device";
-  }
+  check_tensor(w, "w", {kPackedCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(part, "part", {kAnySize, m, kPackedCols}, {kFloat32}, device, Layout::kContiguous,
+               8);
   const int64_t splits = part.size(0);
   if (splits < 1 || splits > 65535) {
     TVM_FFI_THROW(ValueError) << "part: S = " << splits << " must be in 1..65535";
   }
-  if (sqsum.ndim() != 2 || !is_dtype(sqsum, kDLFloat, 32) || sqsum.size(0) != splits ||
-      sqsum.size(1) != m || !sqsum.IsContiguous() || !same_device(sqsum)) {
-    TVM_FFI_THROW(ValueError) << "sqsum must be float32 [" << splits << ", " << m
-                              << "], contiguous, on x's device";
-  }
+  check_tensor(sqsum, "sqsum", {splits, m}, {kFloat32}, device, Layout::kContiguous);
   Params p;
   p.x = data_as<const __nv_bfloat16>(x);
   p.w = data_as<const float>(w);
