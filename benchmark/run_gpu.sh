@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU tier in one go: JIT build, `pytest -m gpu`, `dsv41-kernels check` and every benchmark.
 # Usage: bash benchmark/run_gpu.sh OUT_DIR   (results: gpu_tests.log, bench.log, *.json)
-# SWEEP="row_argmax hc_mix_stats" also times other launch shapes in those benchmarks (--sweep).
+# SWEEP="row_argmax accept_greedy hc_mix_stats" also times other launch shapes in those
+# benchmarks (--sweep).
 set -u
 out=${1:?usage: run_gpu.sh OUT_DIR}
 mkdir -p "$out"
@@ -16,7 +17,8 @@ timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -m gpu -q -rs --durations=1
   > "$out/gpu_tests.log" 2>&1 || status=1
 tail -n 3 "$out/gpu_tests.log"
 timeout 120 python3 -m dsv41_kernels.cli check >> "$out/bench.log" 2>&1 || status=1
-for bench in row_argmax decoding_sched_meta hc_combine_norm_mxfp8 moe_fused_gate hc_mix_stats; do
+for bench in row_argmax accept_greedy decoding_sched_meta mxfp8_quantize hc_combine_norm moe_fused_gate \
+  hc_mix_stats; do
   echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
   sweep=()
   if [ -n "${SWEEP:-}" ] && [[ " $SWEEP " == *" $bench "* ]]; then

@@ -8,7 +8,8 @@ import torch
 from dsv41_kernels import check as check_module
 from dsv41_kernels import cli
 from dsv41_kernels.admission import admit, refuse
-from dsv41_kernels.check import CheckCase, bit_mismatches, run_case
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.check import run_case
 
 KEYS = {"op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us"}
 

@@ -2,14 +2,15 @@
 
     python benchmark/kernels/bench_hc_mix_stats.py --json $OUT/bench_hc_mix_stats.json
 
-Every variant computes the whole statistics (projection, RMS factor, gates, 20-iteration
-Sinkhorn) from bf16 ``x [m, 20480]``; times are CUDA-graph replay medians. Errors are
-``max|mix - ref| / max|ref|`` of the projection-times-RMS values against float64, and "ok"
-says whether pre, post and comb are within the tolerances the op states.
+Every arm computes the whole statistics (projection, RMS factor, gates, 20-iteration Sinkhorn)
+from bf16 ``x [m, 20480]``. Exactness fields: ``mix_rel_err``, ``max|mix - ref| / max|ref|`` of
+the projection-times-RMS values against float64, and ``stats_ok``, whether pre, post and comb
+are within the tolerances the op states.
 
 - ``fp32 torch``: fp32 GEMM (TF32 off) + torch gates and Sinkhorn (the float32 reference);
 - ``tf32 1-pass``: our kernels reading raw fn (the tensor core truncates it: upstream numerics);
-- ``compensated``, ``small_row``, ``batch_inv``: the op's paths, forced.
+- ``compensated``, ``small_row``, ``batch_inv``: the op's paths, forced;
+- ``ours``: the op as admitted (``kernel`` names the path it took).
 
 Targets on the H200: compensated <= 100 us at m = 4096 with error <= 5e-6; small_row <= 8 us
 at m = 6. ``--sweep`` also times other launch shapes (SplitKConfig) to tune the defaults.
@@ -17,41 +18,26 @@ at m = 6. ``--sweep`` also times other launch shapes (SplitKConfig) to tune the 
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import sys
-from pathlib import Path
 
 import torch
+from common import parser, record, report, timed, write_json
 
-try:
-    import dsv41_kernels  # noqa: F401
-except ImportError:  # run from a checkout without installing
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-    import dsv41_kernels  # noqa: F401
-
-from dsv41_kernels.ops.mhc.hc_mix_stats import (
-    HcDerivedWeights,
-    SplitKConfig,
+from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
-    hc_mix_stats,
     mix_relative_error,
-    split_k_config,
+    single_pass_tf32,
     stats_mismatches,
 )
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
+from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import SplitKConfig, split_k_config
 from dsv41_kernels.reference.mhc import hc_gates, hc_mix
-from dsv41_kernels.timing import graph_time_us
 
 HIDDEN = 5120
 ROWS = (1, 6, 64, 128, 1024, 4096, 16384)
-VARIANTS = {  # column name -> mode of hc_mix_stats (None: the torch composition)
-    "fp32 torch": None,
-    "tf32 1-pass": "single_pass_tf32",
-    "compensated": "compensated",
-    "small_row": "small_row",
-    "batch_inv": "batch_invariant",
-}
+ARMS = ("fp32 torch", "tf32 1-pass", "compensated", "small_row", "batch_inv", "ours")
+MODES = {"compensated": "compensated", "small_row": "small_row", "batch_inv": "batch_invariant"}
 TARGETS = {("compensated", 4096): 100.0, ("small_row", 6): 8.0}
 SWEEP_ROWS = (6, 64, 1024, 4096)  # --sweep: decode, and the prefill sizes that matter most
 
@@ -61,51 +47,45 @@ def torch_fp32(x, fn, scale, base):
     return (*hc_gates(mix, scale, base), mix)
 
 
-def measure(m: int, *, hidden: int, device: str, sweep: bool) -> tuple[list[dict], list[dict]]:
-    x, fn, scale, base = example_inputs(m, hidden, device=device, seed=m)
+def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
+    x, fn, scale, base = example_inputs(m, hidden, device="cuda", seed=m)
     holder = HcDerivedWeights(fn)
     mix64 = hc_mix(x, fn, dtype=torch.float64)
     ref = (*hc_gates(mix64, scale, base), mix64)
+    runs = {
+        "fp32 torch": lambda: torch_fp32(x, fn, scale, base),
+        "tf32 1-pass": lambda: single_pass_tf32(x, fn, scale, base, return_mix=True),
+        **{
+            arm: lambda mode=mode: hc_mix_stats(x, holder, scale, base, mode=mode, return_mix=True)
+            for arm, mode in MODES.items()
+        },
+        "ours": lambda: hc_mix_stats(x, holder, scale, base, return_mix=True),
+    }
+    shape = f"m={m} H={hidden}"
     records = []
-    for name, mode in VARIANTS.items():
-        if mode is None:
-            run = lambda: torch_fp32(x, fn, scale, base)
-        else:
-            run = lambda mode=mode: hc_mix_stats(x, holder, scale, base, mode=mode, return_mix=True)
+    for arm, run in runs.items():
         out = run()
-        records.append(
-            {
-                "op": "hc_mix_stats",
-                "m": m,
-                "hidden": hidden,
-                "variant": name,
-                "us": graph_time_us(run),
-                "mix_rel_err": mix_relative_error(out[3], ref[3]),
-                "stats_ok": stats_mismatches(out, ref, scale) == 0,
-            }
-        )
-    tuned = []
+        fields = {
+            "mix_rel_err": mix_relative_error(out[3], ref[3]),
+            "stats_ok": stats_mismatches(out, ref, scale) == 0,
+        }
+        if arm == "ours":
+            fields["kernel"] = hc_mix_stats_admission(x, holder).kernel
+        records.append(timed("hc_mix_stats", shape, arm, run, **fields))
     if sweep and m in SWEEP_ROWS:
         for path, cfg in sweep_configs(m, 4 * hidden):
             run = lambda p=path, c=cfg: hc_mix_stats(
                 x, holder, scale, base, mode=p, return_mix=True, config=c
             )
+            arm = f"{path} " + " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items())
             try:
                 out = run()
-                us = graph_time_us(run, inner=50, repeats=10)
             except Exception as exc:  # a launch shape the compiler refuses (shared memory)
-                tuned.append({"m": m, "path": path, **dataclasses.asdict(cfg), "error": repr(exc)})
+                records.append(record("hc_mix_stats", shape, arm, None, error=repr(exc)[:200]))
                 continue
-            tuned.append(
-                {
-                    "m": m,
-                    "path": path,
-                    **dataclasses.asdict(cfg),
-                    "us": us,
-                    "mix_rel_err": mix_relative_error(out[3], ref[3]),
-                }
-            )
-    return records, tuned
+            err = mix_relative_error(out[3], ref[3])
+            records.append(timed("hc_mix_stats", shape, arm, run, mix_rel_err=err, sweep=True))
+    return records
 
 
 def sweep_configs(m: int, k: int):
@@ -137,47 +117,31 @@ def sweep_configs(m: int, k: int):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--json", help="write the records here")
-    parser.add_argument("--rows", default=",".join(map(str, ROWS)))
-    parser.add_argument("--sweep", action="store_true", help="also time other launch shapes")
-    args = parser.parse_args()
+    p = parser(__doc__)
+    p.add_argument("--rows", default=",".join(map(str, ROWS)))
+    p.add_argument("--sweep", action="store_true", help="also time other launch shapes")
+    args = p.parse_args()
     torch.set_float32_matmul_precision("highest")  # the fp32 baseline: TF32 off
-    records, tuned = [], []
-    for m in map(int, args.rows.split(",")):
-        found, swept = measure(m, hidden=HIDDEN, device="cuda", sweep=args.sweep)
-        records += found
-        tuned += swept
-
-    names = list(VARIANTS)
-    print(f"hc_mix_stats on {torch.cuda.get_device_name()}, H = {HIDDEN}: us / max rel err of mix")
-    print(f"{'m':>6} " + " ".join(f"{n:>22}" for n in names))
-    for m in sorted({r["m"] for r in records}):
-        cells = []
-        for n in names:
-            r = next(r for r in records if r["m"] == m and r["variant"] == n)
-            flag = "" if r["stats_ok"] else " !"
-            cells.append(f"{r['us']:>9.2f} / {r['mix_rel_err']:.1e}{flag}".rjust(22))
-        print(f"{m:>6} " + " ".join(cells))
-    for (variant, m), target in TARGETS.items():
-        r = next((r for r in records if r["m"] == m and r["variant"] == variant), None)
-        if r is not None:
-            met = r["us"] <= target and r["mix_rel_err"] <= 5e-6
-            print(
-                f"target {variant} m={m}: <= {target} us, err <= 5e-6: {'met' if met else 'MISSED'}"
-            )
-    if tuned:
-        print(f"\nsweep ({len(tuned)} launch shapes): fastest per m and path")
-        for m in sorted({t["m"] for t in tuned}):
-            good = [t for t in tuned if t["m"] == m and "us" in t and t["mix_rel_err"] <= 5e-6]
-            for t in sorted(good, key=lambda t: t["us"])[:5]:
-                print(
-                    f"  m={m:>6} {t['path']:<12} {t['us']:>9.2f} us  bm={t['block_m']} "
-                    f"bk={t['block_k']} S={t['splits']} w={t['num_warps']} st={t['num_stages']} "
-                    f"fr={t['finish_rows']}"
-                )
+    records = [
+        r
+        for m in map(int, args.rows.split(","))
+        for r in measure(m, hidden=HIDDEN, sweep=args.sweep)
+    ]
+    report([r for r in records if not r.get("sweep")], None, baseline="fp32 torch")
+    for (arm, m), target in TARGETS.items():
+        r = next((r for r in records if r["shape"].startswith(f"m={m} ") and r["arm"] == arm), None)
+        if r is not None and r["us"] is not None:
+            met = r["us"] <= target and r["mix_rel_err"] <= MIX_RTOL
+            verdict = "met" if met else "MISSED"
+            print(f"target {arm} m={m}: <= {target} us, err <= {MIX_RTOL}: {verdict}")
+    swept = [r for r in records if r.get("sweep") and r["us"] is not None]
+    for shape in dict.fromkeys(r["shape"] for r in swept):
+        good = [r for r in swept if r["shape"] == shape and r["mix_rel_err"] <= MIX_RTOL]
+        print(f"sweep {shape}: fastest launch shapes")
+        for r in sorted(good, key=lambda r: r["us"])[:5]:
+            print(f"  {r['us']:>9.2f} us  {r['arm']}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"records": records, "sweep": tuned}, indent=1))
+        write_json(args.json, records)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""BS=1 serving benchmark of an SGLang server: the published protocol of docs (anchors.md).
+"""BS=1 serving benchmark of an SGLang server: the published protocol (docs/anchors.md).
 
 Protocol, per server start: wait until ``GET /v1/models`` answers 200, ``POST /freeze_gc``
 once, then one warm-up and N measured requests, each preceded by ``POST /flush_cache``. A

@@ -2,7 +2,8 @@
 
 Public ops are imported lazily, on first attribute access, so ``import dsv41_kernels`` stays
 cheap and the Triton interpreter can still be chosen (``TRITON_INTERPRET=1``) before any
-kernel is defined.
+kernel is defined. This facade is for users; code inside the package (the SGLang plugin, the
+cases) imports each name from its module, so static tools see the graph.
 """
 
 from __future__ import annotations
@@ -20,24 +21,22 @@ _EXPORTS = {
     "decoding_sched_meta": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "decoding_sched_meta_admission": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "num_sm_parts": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "DecodingSchedConfig": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "DecodingSchedMeta": "dsv41_kernels.ops.attention.decoding_sched_meta",
-    "baseline_decoding_sched_meta": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "device_sched_config": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "mxfp8_quantize": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "mxfp8_quantize_admission": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "Mxfp8SwizzledInput": "dsv41_kernels.ops.quantization.mxfp8_quantize",
-    "hc_combine_norm": "dsv41_kernels.ops.layernorm.hc_combine_norm",
-    "hc_combine_norm_mxfp8": "dsv41_kernels.ops.layernorm.hc_combine_norm",
-    "hc_combine_norm_admission": "dsv41_kernels.ops.layernorm.hc_combine_norm",
+    "hc_combine_norm": "dsv41_kernels.ops.mhc.hc_combine_norm",
+    "hc_combine_norm_mxfp8": "dsv41_kernels.ops.mhc.hc_combine_norm",
+    "hc_combine_norm_admission": "dsv41_kernels.ops.mhc.hc_combine_norm",
     "moe_fused_gate": "dsv41_kernels.ops.moe.moe_fused_gate",
     "moe_fused_gate_admission": "dsv41_kernels.ops.moe.moe_fused_gate",
     "pack_topk": "dsv41_kernels.ops.moe.moe_fused_gate",
-    "emits_packed_ids": "dsv41_kernels.ops.moe.moe_fused_gate",
-    "split_tf32": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "split_tf32": "dsv41_kernels.ops.mhc.hc_derived_weights",
+    "HcDerivedWeights": "dsv41_kernels.ops.mhc.hc_derived_weights",
     "hc_mix_stats": "dsv41_kernels.ops.mhc.hc_mix_stats",
     "hc_mix_stats_admission": "dsv41_kernels.ops.mhc.hc_mix_stats",
-    "HcDerivedWeights": "dsv41_kernels.ops.mhc.hc_mix_stats",
-    "DerivedWeightsActiveError": "dsv41_kernels.ops.mhc.hc_mix_stats",
 }
 
 __all__ = sorted(_EXPORTS)

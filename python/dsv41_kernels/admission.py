@@ -1,10 +1,16 @@
-"""Admission: whether an op may take its kernel path, and why.
+"""Admission: whether an op's kernel runs for these arguments, which kernel, and why.
 
-Every op has a pure admission function returning an :class:`Admission`. It reads only
-shapes, dtypes, strides and the device (never tensor values, so it never syncs the host)
-and the public function takes the kernel when admitted and the torch fallback otherwise.
-The Triton interpreter (``TRITON_INTERPRET=1``) counts as a device, so the CPU tier runs
-the real Triton kernels on CPU tensors.
+Every op has one pure admission function returning an :class:`Admission`. It reads only
+shapes, dtypes, strides, alignment and the device (never tensor values, so it never syncs the
+host) and it never raises: arguments the op itself rejects are refused, with the op's error as
+the reason. The public function validates its arguments (``ValueError`` naming the argument),
+makes the same decision once, and dispatches on :attr:`Admission.kernel`, running the torch
+fallback when the admission refuses. A caller that already holds the admission (an SGLang
+hook choosing between the op and SGLang's own function) passes it in, so the choice is made
+once per call either way.
+
+The Triton interpreter (``TRITON_INTERPRET=1``) counts as a device, so the CPU tier runs the
+real Triton kernels on CPU tensors.
 """
 
 from __future__ import annotations
@@ -17,10 +23,12 @@ import torch
 
 @dataclass(frozen=True)
 class Admission:
-    """``ok`` says whether the kernel path is taken; ``reason`` says why, in a few words."""
+    """``ok``: the kernel path is taken; ``reason``: why, in a few words; ``kernel``: which
+    kernel runs (the op's own name for it, e.g. ``"triton"``), None when refused."""
 
     ok: bool
     reason: str
+    kernel: str | None = None
 
     def __bool__(self) -> bool:
         return self.ok
@@ -30,12 +38,17 @@ class Admission:
         return "kernel" if self.ok else "fallback"
 
 
-def admit(reason: str = "admitted") -> Admission:
-    return Admission(True, reason)
+def admit(kernel: str, reason: str | None = None) -> Admission:
+    return Admission(True, kernel if reason is None else reason, kernel)
 
 
 def refuse(reason: str) -> Admission:
     return Admission(False, reason)
+
+
+def invalid(error: Exception) -> Admission:
+    """The refusal for arguments the op's validation rejects (its error is the reason)."""
+    return refuse(f"invalid arguments: {error}")
 
 
 def triton_interpreter() -> bool:
@@ -46,9 +59,9 @@ def triton_interpreter() -> bool:
 def triton_device(t: torch.Tensor) -> Admission:
     """Where a Triton kernel can read ``t``: CUDA, or a CPU tensor under the interpreter."""
     if t.is_cuda:
-        return admit("cuda")
+        return admit("triton", "cuda")
     if t.device.type == "cpu" and triton_interpreter():
-        return admit("triton interpreter")
+        return admit("triton", "triton interpreter")
     return refuse(f"{t.device.type} tensor without a Triton device")
 
 
@@ -57,7 +70,7 @@ def check_tensor(name: str, t: object, *, dtypes=None, ndim: int | None = None) 
     if not isinstance(t, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if ndim is not None and t.dim() != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+        raise ValueError(f"{name} must be {ndim}-D, got {t.dim()}-D shape {tuple(t.shape)}")
     if dtypes is not None and t.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise ValueError(

@@ -1,4 +1,4 @@
-// FlashMLA's split-KV decoding schedule (specs.md section A), computed on the device.
+// FlashMLA's split-KV decoding schedule (docs/specs.md section A), computed on the device.
 //
 // Two kernels with the same output, bit for bit:
 // - sched_meta_warp_kernel keeps FlashMLA's structure: one warp gathers the per-request data,
@@ -181,8 +181,8 @@ __device__ __forceinline__ int request_at(const int* start, int b, int x) {
   return lo;
 }
 
-// The per-request pass of both block kernels (specs A.3), spread over the block: writes each
-// request's end block (0 for an empty dense request, else its block count) and returns the
+// The per-request pass of both block kernels (docs/specs.md A.3), spread over the block: writes
+// each request's end block (0 for an empty dense request, else its block count) and returns the
 // total cost, sum of (blocks + fixed_overhead), to every thread. Ends with a __syncthreads.
 __device__ __forceinline__ int block_request_pass(const SchedParams& p, int* end_block,
                                                   int* warp_total) {
@@ -313,7 +313,7 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
 
   const int total = block_request_pass(p, stage, summary.warp_total);
 
-  // The walk (specs A.5), one thread. The request being consumed lives in registers.
+  // The walk (docs/specs.md A.5), one thread. The request being consumed lives in registers.
   if (tid == 0) {
     const int payload = (total + parts - 1) / parts + overhead;
     int req = 0, blk = 0, nsplit = 0, cum = 0;
@@ -388,40 +388,29 @@ __global__ void __launch_bounds__(kThreads, 1) sched_meta_in_place_kernel(SchedP
 // ------------------------------------------------------------------------------------------
 // Host side.
 
-void check_int32_cuda(const TensorView& t, const char* name, int64_t numel, int device_id) {
-  if (!is_dtype(t, kDLInt, 32)) {
-    TVM_FFI_THROW(ValueError) << name << " must be int32";
-  }
-  if (!on_cuda_device(t, device_id)) {
-    TVM_FFI_THROW(ValueError) << name << " must be on the outputs' CUDA device";
-  }
-  if (!t.IsContiguous() || t.numel() != numel) {
-    TVM_FFI_THROW(ValueError) << name << " must be contiguous with " << numel << " elements";
-  }
-}
-
 SchedParams make_params(const TensorView& metadata, const TensorView& num_splits,
                         const TensorView& topk_length, const TensorView& extra_topk_length,
                         const TensorView& seqlens_k, bool has_topk_length,
                         bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
                         int64_t fixed_overhead, int64_t topk, int64_t extra_topk) {
-  if (metadata.ndim() != 2 || metadata.size(1) != 8 || metadata.size(0) < 1) {
-    TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be [num_sm_parts >= 1, 8]";
-  }
-  if (num_splits.ndim() != 1 || num_splits.size(0) < 2) {
-    TVM_FFI_THROW(ValueError) << "num_splits must be [batch_size + 1] with batch_size >= 1";
-  }
+  // Records are stored as int4: 16-byte aligned rows of 8 int32.
+  check_tensor(metadata, "tile_scheduler_metadata", {kAnySize, 8}, {kInt32}, kAnyDevice,
+               Layout::kContiguous, 16);
   const int device_id = metadata.device().device_id;
+  check_tensor(num_splits, "num_splits", {kAnySize}, {kInt32}, device_id, Layout::kContiguous);
   const int64_t parts = metadata.size(0);
   const int64_t b = num_splits.size(0) - 1;
-  check_int32_cuda(metadata, "tile_scheduler_metadata", parts * 8, device_id);
-  check_int32_cuda(num_splits, "num_splits", b + 1, device_id);
-  if (address(metadata) % 16 != 0) {
-    TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be 16-byte aligned";
+  if (parts < 1 || b < 1) {
+    TVM_FFI_THROW(ValueError) << "tile_scheduler_metadata must be [num_sm_parts >= 1, 8] and "
+                                 "num_splits [batch_size + 1] with batch_size >= 1";
   }
-  if (has_topk_length) check_int32_cuda(topk_length, "topk_length", b, device_id);
-  if (has_extra_topk_length) check_int32_cuda(extra_topk_length, "extra_topk_length", b, device_id);
-  if (has_seqlens_k) check_int32_cuda(seqlens_k, "seqlens_k", b, device_id);
+  const Layout contiguous = Layout::kContiguous;
+  if (has_topk_length)
+    check_tensor(topk_length, "topk_length", {b}, {kInt32}, device_id, contiguous);
+  if (has_extra_topk_length) {
+    check_tensor(extra_topk_length, "extra_topk_length", {b}, {kInt32}, device_id, contiguous);
+  }
+  if (has_seqlens_k) check_tensor(seqlens_k, "seqlens_k", {b}, {kInt32}, device_id, contiguous);
   if (topk == -1 && !has_seqlens_k) TVM_FFI_THROW(ValueError) << "dense mode needs seqlens_k";
   if (block_size_n < 1 || fixed_overhead < 0 || (topk != -1 && (topk < 1 || extra_topk < 0))) {
     TVM_FFI_THROW(ValueError) << "block_size_n, fixed_overhead_num_blocks, topk or extra_topk "

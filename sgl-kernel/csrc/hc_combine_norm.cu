@@ -399,9 +399,7 @@ struct Checked {
 Checked checked_params(const TensorView& x, const TensorView& pre, const TensorView& weight,
                        const TensorView& y, const TensorView& data, const TensorView& scales,
                        double eps, bool quantize, int cluster) {
-  if (x.ndim() != 2 || !is_dtype(x, kDLBfloat, 16) || x.device().device_type != kDLCUDA) {
-    TVM_FFI_THROW(ValueError) << "x must be a 2-D bfloat16 CUDA tensor";
-  }
+  check_tensor(x, "x", {kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kRows, 16);
   const int64_t m = x.size(0), width = x.size(1);
   if (m > kMaxRows) TVM_FFI_THROW(ValueError) << "x: m = " << m << " rows > " << kMaxRows;
   if (width % kStreams != 0 || width / kStreams % kBlock != 0 || width == 0) {
@@ -414,40 +412,15 @@ Checked checked_params(const TensorView& x, const TensorView& pre, const TensorV
     TVM_FFI_THROW(ValueError) << "x: H = " << h
                               << " must be a multiple of 32 * cluster = " << kBlock * cluster;
   }
-  if (x.stride(1) != 1 || address(x) % 16 != 0 || (x.stride(0) * 2) % 16 != 0) {
-    TVM_FFI_THROW(ValueError) << "x must have last-dim stride 1 and 16-byte aligned rows";
-  }
   const int device = x.device().device_id;
-  auto on_device = [&](const TensorView& t) { return on_cuda_device(t, device); };
-  if (pre.ndim() != 2 || !is_dtype(pre, kDLFloat, 32) || pre.size(0) != m ||
-      pre.size(1) != kStreams || !on_device(pre)) {
-    TVM_FFI_THROW(ValueError) << "pre must be a float32 [" << m << ", 4] tensor on x's device";
-  }
-  if (weight.ndim() != 1 || !is_dtype(weight, kDLBfloat, 16) || weight.size(0) != h ||
-      weight.stride(0) != 1 || address(weight) % 16 != 0 || !on_device(weight)) {
-    TVM_FFI_THROW(ValueError) << "weight must be a contiguous, 16-byte aligned bfloat16 [" << h
-                              << "] tensor on x's device";
-  }
-  if (y.ndim() != 2 || !is_dtype(y, kDLBfloat, 16) || y.size(0) != m || y.size(1) != h ||
-      y.stride(1) != 1 || address(y) % 16 != 0 || (y.stride(0) * 2) % 16 != 0 || !on_device(y)) {
-    TVM_FFI_THROW(ValueError) << "y must be a bfloat16 [" << m << ", " << h
-                              << "] tensor with last-dim stride 1 and 16-byte aligned rows";
-  }
+  check_tensor(pre, "pre", {m, kStreams}, {kFloat32}, device);
+  check_tensor(weight, "weight", {h}, {kBfloat16}, device, Layout::kRows, 16);
+  check_tensor(y, "y", {m, h}, {kBfloat16}, device, Layout::kRows, 16);
   const int64_t cols = h / kBlock, padded_cols = (cols + 3) / 4 * 4;
   if (quantize) {
-    if (data.ndim() != 2 || data.dtype().bits != 8 || data.dtype().lanes != 1 ||
-        data.size(0) != m || data.size(1) != h || data.stride(1) != 1 || address(data) % 8 != 0 ||
-        data.stride(0) % 8 != 0 || !on_device(data)) {
-      TVM_FFI_THROW(ValueError) << "data must be a 1-byte [" << m << ", " << h
-                                << "] tensor with last-dim stride 1 and 8-byte aligned rows";
-    }
+    check_tensor(data, "data", {m, h}, {kByte}, device, Layout::kRows, 8);
     const int64_t size = (m + 127) / 128 * 128 * padded_cols;
-    if (scales.ndim() != 1 || scales.dtype().bits != 8 || scales.dtype().lanes != 1 ||
-        scales.size(0) != size || (size > 1 && scales.stride(0) != 1) || address(scales) % 4 != 0 ||
-        !on_device(scales)) {
-      TVM_FFI_THROW(ValueError) << "scales must be a contiguous, 4-byte aligned 1-byte tensor of "
-                                << size << " elements";
-    }
+    check_tensor(scales, "scales", {size}, {kByte}, device, Layout::kContiguous, 4);
   }
   Params p{};
   p.x = data_as<const uint16_t>(x);

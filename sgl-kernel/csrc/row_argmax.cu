@@ -359,24 +359,9 @@ void launch_dtype(const TensorView& logits, int64_t* out, const AcceptParams& a,
   TVM_FFI_THROW(ValueError) << "logits must be float32, bfloat16 or float16";
 }
 
-bool is_int(const TensorView& t, int bits) { return is_dtype(t, kDLInt, bits); }
-
-bool on_device_of(const TensorView& t, const TensorView& logits) {
-  return on_cuda_device(t, logits.device().device_id);
-}
-
-bool contiguous_1d(const TensorView& t, int64_t size) {
-  return t.ndim() == 1 && t.size(0) == size && (size <= 1 || t.stride(0) == 1);
-}
-
 cudaStream_t checked_stream(const TensorView& logits) {
-  if (logits.ndim() != 2 || logits.stride(1) != 1 || logits.device().device_type != kDLCUDA) {
-    TVM_FFI_THROW(ValueError) << "logits must be a 2-D CUDA tensor with last-dim stride 1";
-  }
-  const int elem = logits.dtype().bits / 8;
-  if (address(logits) % 16 != 0 || (logits.stride(0) * elem) % 16 != 0) {
-    TVM_FFI_THROW(ValueError) << "logits rows must be 16-byte aligned";
-  }
+  check_tensor(logits, "logits", {kAnySize, kAnySize}, {kFloat32, kBfloat16, kFloat16}, kAnyDevice,
+               Layout::kRows, 16);
   if (logits.size(0) < 1 || logits.size(0) > 65535 || logits.size(1) < 1) {
     TVM_FFI_THROW(ValueError) << "logits must have 1..65535 non-empty rows";
   }
@@ -384,9 +369,8 @@ cudaStream_t checked_stream(const TensorView& logits) {
 }
 
 int64_t* checked_out(const TensorView& out, const TensorView& logits) {
-  if (!contiguous_1d(out, logits.size(0)) || !is_int(out, 64) || !on_device_of(out, logits)) {
-    TVM_FFI_THROW(ValueError) << "out must be a contiguous int64 [rows] tensor on logits' device";
-  }
+  check_tensor(out, "out", {logits.size(0)}, {kInt64}, logits.device().device_id,
+               Layout::kContiguous);
   return data_as<int64_t>(out);
 }
 
@@ -408,39 +392,32 @@ void accept_greedy_cluster(TensorView candidates, TensorView logits, TensorView 
                            TensorView correct, TensorView bonus, TensorView trim, TensorView slots,
                            TensorView tickets) {
   cudaStream_t stream = checked_stream(logits);
-  tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);  // the launch and the attribute
-  if (candidates.ndim() != 2 || !(is_int(candidates, 32) || is_int(candidates, 64)) ||
-      candidates.stride(1) != 1 || !on_device_of(candidates, logits)) {
-    TVM_FFI_THROW(ValueError) << "candidates must be int32/int64 [bs, n] with last-dim stride 1";
-  }
+  const int device = logits.device().device_id;
+  check_tensor(candidates, "candidates", {kAnySize, kAnySize}, {kInt32, kInt64}, device,
+               Layout::kRows);
   const int64_t bs = candidates.size(0), n = candidates.size(1);
   if (n < 1 || n > kMaxDraft || bs * n != logits.size(0)) {
     TVM_FFI_THROW(ValueError) << "candidates must be [bs, n] with 1 <= n <= " << kMaxDraft
                               << " and bs * n == logits rows";
   }
   const bool has_cutoff = cutoff.numel() > 0;
-  if (has_cutoff && (!contiguous_1d(cutoff, bs) || !(is_int(cutoff, 32) || is_int(cutoff, 64)) ||
-                     !on_device_of(cutoff, logits))) {
-    TVM_FFI_THROW(ValueError) << "cutoff must be a contiguous int32/int64 [bs] tensor";
+  const Layout contiguous = Layout::kContiguous;
+  if (has_cutoff) check_tensor(cutoff, "cutoff", {bs}, {kInt32, kInt64}, device, contiguous);
+  check_tensor(correct, "correct", {bs}, {kInt32}, device, contiguous);
+  check_tensor(bonus, "bonus", {bs}, {kInt64}, device, contiguous);
+  check_tensor(trim, "trim", {bs}, {kInt32}, device, contiguous);
+  check_tensor(slots, "slots", {kAnySize}, {kInt64}, device, contiguous, 16);
+  check_tensor(tickets, "tickets", {kAnySize}, {kInt64}, device, contiguous);
+  if (slots.size(0) < bs * kMaxDraft || tickets.size(0) < bs) {
+    TVM_FFI_THROW(ValueError) << "slots and tickets must be workspaces of >= 16 * bs, bs";
   }
-  if (!contiguous_1d(correct, bs) || !is_int(correct, 32) || !on_device_of(correct, logits) ||
-      !contiguous_1d(bonus, bs) || !is_int(bonus, 64) || !on_device_of(bonus, logits) ||
-      !contiguous_1d(trim, bs) || !is_int(trim, 32) || !on_device_of(trim, logits)) {
-    TVM_FFI_THROW(ValueError) << "outputs must be contiguous int32, int64, int32 [bs] tensors";
-  }
-  if (slots.ndim() != 1 || slots.size(0) < bs * kMaxDraft || !is_int(slots, 64) ||
-      slots.stride(0) != 1 || tickets.ndim() != 1 || tickets.size(0) < bs || !is_int(tickets, 64) ||
-      tickets.stride(0) != 1 || !on_device_of(slots, logits) || !on_device_of(tickets, logits) ||
-      address(slots) % 16 != 0) {
-    TVM_FFI_THROW(ValueError)
-        << "slots (16-byte aligned) and tickets must be int64 workspaces of >= 16 * bs, bs";
-  }
+  tvm::ffi::CUDADeviceGuard guard(device);  // the launch and the attribute
   AcceptParams a{};
   a.candidates = data_as<const void>(candidates);
   a.candidate_stride = candidates.stride(0);
-  a.candidates_64 = is_int(candidates, 64);
+  a.candidates_64 = is_dtype(candidates, kDLInt, 64);
   a.cutoff = has_cutoff ? data_as<const void>(cutoff) : nullptr;
-  a.cutoff_64 = has_cutoff && is_int(cutoff, 64);
+  a.cutoff_64 = has_cutoff && is_dtype(cutoff, kDLInt, 64);
   a.n = static_cast<int>(n);
   a.slots = data_as<unsigned long long>(slots);
   a.tickets = data_as<unsigned long long>(tickets);

@@ -1,5 +1,6 @@
 // Host side shared by the modules of this folder: a tvm-ffi tensor view's data, dtype and
-// device, the stream tvm-ffi reports for a device, and function attributes set once.
+// device, one declarative check of a tensor argument, the stream tvm-ffi reports for a device,
+// and function attributes set once.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +11,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <mutex>
+#include <sstream>
 
 // The address of t's first element (data pointer plus byte offset).
 inline uintptr_t address(const tvm::ffi::TensorView& t) {
@@ -28,6 +31,73 @@ inline bool is_dtype(const tvm::ffi::TensorView& t, uint8_t code, uint8_t bits) 
 
 inline bool on_cuda_device(const tvm::ffi::TensorView& t, int device) {
   return t.device().device_type == kDLCUDA && t.device().device_id == device;
+}
+
+// A scalar dtype a check accepts; kAnyCode: any type of that width (e4m3 data seen as bytes).
+struct DType {
+  uint8_t code;
+  uint8_t bits;
+  const char* name;
+};
+constexpr uint8_t kAnyCode = 255;
+constexpr DType kInt32{kDLInt, 32, "int32"}, kInt64{kDLInt, 64, "int64"};
+constexpr DType kFloat32{kDLFloat, 32, "float32"}, kFloat16{kDLFloat, 16, "float16"};
+constexpr DType kBfloat16{kDLBfloat, 16, "bfloat16"}, kByte{kAnyCode, 8, "1-byte"};
+
+constexpr int64_t kAnySize = -1;  // a shape entry that takes any size
+constexpr int kAnyDevice = -1;    // any CUDA device (the first tensor's, which sets it)
+
+// How the elements must lie: kRows, unit stride along the last axis (rows may be strided);
+// kContiguous, dense row-major (axes of size 1 may have any stride, as torch's rule).
+enum class Layout { kAny, kRows, kContiguous };
+
+inline bool is_row_major(const tvm::ffi::TensorView& t) {
+  int64_t expected = 1;
+  for (int axis = t.ndim() - 1; axis >= 0; --axis) {
+    if (t.size(axis) != 1 && t.stride(axis) != expected) return false;
+    expected *= t.size(axis);
+  }
+  return true;
+}
+
+// Throws a ValueError naming `name` unless `t` has this shape (ndim included), one of these
+// dtypes, lies on CUDA `device`, has this layout, and its first element and (for a layout
+// with rows) each row start at a multiple of `align` bytes. One statement per argument.
+inline void check_tensor(const tvm::ffi::TensorView& t, const char* name,
+                         std::initializer_list<int64_t> shape, std::initializer_list<DType> dtypes,
+                         int device, Layout layout = Layout::kAny, int align = 1) {
+  bool ok = t.ndim() == static_cast<int>(shape.size()) && t.device().device_type == kDLCUDA &&
+            (device == kAnyDevice || t.device().device_id == device);
+  for (int axis = 0; ok && axis < t.ndim(); ++axis) {
+    const int64_t size = shape.begin()[axis];
+    ok = size == kAnySize || t.size(axis) == size;
+  }
+  bool dtype_ok = false;
+  for (const DType& d : dtypes) {
+    dtype_ok = dtype_ok || ((d.code == kAnyCode || t.dtype().code == d.code) &&
+                            t.dtype().bits == d.bits && t.dtype().lanes == 1);
+  }
+  ok = ok && dtype_ok;
+  const int last = t.ndim() - 1;
+  if (ok && layout == Layout::kRows) ok = t.size(last) <= 1 || t.stride(last) == 1;
+  if (ok && layout == Layout::kContiguous) ok = is_row_major(t);
+  const int64_t row_bytes =
+      layout != Layout::kAny && last > 0 ? t.stride(0) * t.dtype().bits / 8 : 0;
+  if (ok) ok = address(t) % align == 0 && row_bytes % align == 0;
+  if (ok) return;
+  std::ostringstream want;
+  want << name << " must be";
+  for (const DType& d : dtypes) want << (&d == dtypes.begin() ? " " : "/") << d.name;
+  want << " [";
+  for (const int64_t* size = shape.begin(); size != shape.end(); ++size) {
+    if (size != shape.begin()) want << ", ";
+    *size == kAnySize ? want << "*" : want << *size;
+  }
+  want << "] on " << (device == kAnyDevice ? "a CUDA device" : "the CUDA device of the inputs");
+  if (layout == Layout::kRows) want << ", last-dim stride 1";
+  if (layout == Layout::kContiguous) want << ", contiguous";
+  if (align > 1) want << ", " << align << "-byte aligned";
+  TVM_FFI_THROW(ValueError) << want.str();
 }
 
 // The stream tvm-ffi reports for the device: torch's current one when called from torch.

@@ -134,7 +134,8 @@ def test_vision_router_declines_by_default(plugin, fired):
 def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner, padded):
     from sglang.srt.layers.moe.topk import StandardTopKOutputPacked
 
-    from dsv41_kernels.ops.moe.moe_fused_gate import fp32_ulp_distance, pack_topk
+    from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
+    from dsv41_kernels.ops.moe.moe_fused_gate import pack_topk
 
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "router")
     gen = torch.Generator().manual_seed(11)
@@ -239,7 +240,7 @@ def test_mix_stats_are_ours_and_equal_sglang(plugin, fired, sglang_torch_sinkhor
 def test_derived_weights_built_at_load_and_used(plugin, fired, sglang_torch_sinkhorn):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
-    from dsv41_kernels.ops.mhc.hc_mix_stats import HcDerivedWeights
+    from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
     from dsv41_kernels.sglang_plugin import mhc as hook
 
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(1), "cpu", hidden=64)

@@ -185,7 +185,7 @@ def test_vision_router_declines_and_sglang_packs(plugin, fired, runner):
 
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
 def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner):
-    from dsv41_kernels.ops.moe.moe_fused_gate import fp32_ulp_distance
+    from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
 
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "router")
     moe = callers.vision_moe(torch.Generator().manual_seed(2), "cuda", runner=runner)

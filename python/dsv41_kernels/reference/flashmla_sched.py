@@ -1,4 +1,4 @@
-"""FlashMLA's split-KV decoding schedule, stated in plain Python (specs.md section A).
+"""FlashMLA's split-KV decoding schedule, stated in plain Python (docs/specs.md section A).
 
 FlashMLA's decode kernels give each of ``num_sm_parts`` persistent partitions an even share of
 the batch's KV blocks; every request also costs ``fixed_overhead_num_blocks`` per chunk it is
@@ -51,7 +51,7 @@ def request_tokens(
     extra_topk_length: Sequence[int] | None,
     seqlens_k: Sequence[int] | None,
 ) -> int:
-    """Tokens request ``i`` attends to, as FlashMLA counts them (specs A.3)."""
+    """Tokens request ``i`` attends to, as FlashMLA counts them (docs/specs.md A.3)."""
     if topk == -1:  # dense decode: the KV cache length
         return seqlens_k[i]
     tokens = topk_length[i] if topk_length is not None else topk

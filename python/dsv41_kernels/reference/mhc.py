@@ -1,4 +1,4 @@
-"""DeepSeek-V4 mHC (manifold-constrained hyper-connections) stated in torch (specs.md section C)."""
+"""DeepSeek-V4 mHC (manifold-constrained hyper-connections) stated in torch (docs/specs.md C)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def hc_combine_norm(
     return bf16_round((x_in.float() * inv) * weight.float())
 
 
-# ---- hc_pre / hc_post and the mixing statistics (specs.md C.3-C.4) -------------------------
+# ---- hc_pre / hc_post and the mixing statistics (docs/specs.md C.3-C.4) -------------------
 # ``dtype=torch.float64`` is the accuracy yardstick; ``torch.float32`` is what a plain fp32
 # torch composition computes (TF32 off).
 

@@ -1,7 +1,7 @@
 """FlashInfer's ``mxfp8_quantize`` stated in torch: MXFP8 (e4m3 data, UE8M0 scale per 32 values).
 
 This follows the ``cuda`` backend of ``flashinfer.mxfp8_quantize(x, is_sf_swizzled_layout=...)``
-as it stands since the ±448 clamp (specs.md section B.2; the code SGLang 0.5.23 pins, 0.7.2-era,
+as it stands since the ±448 clamp (docs/specs.md B.2; the code SGLang 0.5.23 pins, 0.7.2-era,
 is that backend). Every row ``r`` and scale column ``c`` (elements ``32c .. 32c+31``) is
 quantized on its own:
 
@@ -21,7 +21,7 @@ quantized on its own:
 Scales go to the 128x4 swizzled layout (rows padded to 128, scale columns to 4) or the linear
 layout; every byte of the scale buffer is written, padding as 0.
 
-``backend="cute-dsl"`` gives FlashInfer's CuTe-DSL quantizer instead (specs.md B.4). It agrees
+``backend="cute-dsl"`` gives FlashInfer's CuTe-DSL quantizer instead (docs/specs.md B.4). It agrees
 with ``cuda`` on ordinary finite data and differs only on degenerate blocks:
 
 - NaN placement: its amax ignores NaN symmetrically over all 32 values, so a block whose odd
@@ -41,7 +41,7 @@ SF_VEC_SIZE = 32
 
 E4M3_MAX = 448.0
 RCP_448_BITS = 0x3B124925
-"""``rcp.approx.ftz.f32(448)`` as measured on the H200 (specs.md B.9); equals RN(1/448)."""
+"""``rcp.approx.ftz.f32(448)`` as measured on the H200 (docs/specs.md B.9); equals RN(1/448)."""
 
 FP32_MIN_NORMAL = 2.0**-126
 BACKENDS = ("cuda", "cute-dsl")

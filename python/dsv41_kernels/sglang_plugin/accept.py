@@ -1,4 +1,4 @@
-"""Call site 1: DSpark's greedy accept -> :func:`dsv41_kernels.row_argmax` / ``accept_greedy``.
+"""Call site 1: DSpark's greedy accept -> ``row_argmax`` / ``accept_greedy``.
 
 For a DeepSeek-V4.1 target SGLang 0.5.23 already runs its own split-vocab argmax
 (``_FUSED_ARGMAX_TARGETS`` in ``dspark_verify`` holds ``deepseek_v41``), which differs from
@@ -45,10 +45,11 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 def row_argmax_hook(original, logits, fused=False):
     """``_row_argmax``: our exact argmax wherever it is admitted (``fused`` only chose
     SGLang's inexact kernel, which ours supersedes)."""
+    admission = row_argmax_admission(logits)
     return dispatch.run(
         "accept._row_argmax",
-        row_argmax_admission(logits),
-        lambda: row_argmax(logits),
+        admission,
+        lambda: row_argmax(logits, admission=admission),
         lambda: original(logits, fused=fused),
     )
 
@@ -91,6 +92,7 @@ def _accept_hook(name: str):
                 kwargs["candidates"],
                 kwargs["target_logits"],
                 cutoff_verify_lens=kwargs.get("cutoff_verify_lens"),
+                admission=admission,
             ),
             lambda: original(*args, **kwargs),
         )

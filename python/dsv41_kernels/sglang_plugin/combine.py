@@ -20,7 +20,7 @@ from sglang.srt.layers.quantization.mxfp8_input import Mxfp8SwizzledInput
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, refuse
-from dsv41_kernels.ops.layernorm.hc_combine_norm import (
+from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
@@ -52,20 +52,21 @@ def combine_hook(original, hc, state, quantized):
     quantize = (
         quantized is not None and isinstance(x, torch.Tensor) and x.shape[0] <= MAX_QUANTIZED_ROWS
     )
+    admission = combine_admission(hc, state, quantize)
     return dispatch.run(
         "combine._combine",
-        combine_admission(hc, state, quantize),
-        lambda: _combine(hc, state, quantized if quantize else None),
+        admission,
+        lambda: _combine(hc, state, quantized if quantize else None, admission),
         lambda: original(hc, state, quantized),
     )
 
 
-def _combine(hc, state, quantized):
+def _combine(hc, state, quantized, admission):
     x_flat = state.streams.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
     if quantized is None:
-        return hc_combine_norm(x_flat, state.pre, weight, eps)
-    y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps)
+        return hc_combine_norm(x_flat, state.pre, weight, eps, admission=admission)
+    y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps, admission=admission)
     quantized.append(Mxfp8SwizzledInput(q.data, q.scales))  # only once the op has succeeded
     return y
 

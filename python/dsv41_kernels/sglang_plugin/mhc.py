@@ -7,11 +7,11 @@ the batch-invariant path whenever SGLang's batch-invariant mode is on.
 
 The compensated path reads each sublayer's weight split ``(hi, lo)``, built once at load: an
 AFTER hook on ``DeepseekV4DecoderLayerBase.refresh_mhc_norm_weight_cache`` (SGLang's post-load
-step, re-run after weight updates) builds an :class:`dsv41_kernels.HcDerivedWeights` per mixing
-weight with the layer as owner. While one is active the layer carries
-``_derived_weight_cache_error``, the attribute SGLang's weight updater checks before writing
+step, re-run after weight updates) builds an ``HcDerivedWeights`` per mixing weight and keeps
+them on the layer (``_hc_derived_weights``). While one is active the layer carries its refusal
+as ``_derived_weight_cache_error``, the attribute SGLang's weight updater checks before writing
 anything, so online weight updates are refused with that message (restart with
-``DSV41_KERNELS_DISABLE=mhc`` to update weights online).
+``DSV41_KERNELS_DISABLE=mhc`` to update weights online); releasing a holder republishes.
 """
 
 from __future__ import annotations
@@ -22,11 +22,8 @@ from sglang.srt.models.deepseek_v4_mhc import MHC_POST_MULT_VALUE
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, refuse
-from dsv41_kernels.ops.mhc.hc_mix_stats import (
-    HcDerivedWeights,
-    hc_mix_stats,
-    hc_mix_stats_admission,
-)
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.sglang_plugin import dispatch
 
 _LAYER = "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase"
@@ -55,7 +52,18 @@ def build_derived_weights(_result, layer) -> None:
         fn = getattr(layer, name, None)
         if isinstance(fn, torch.Tensor) and fn.dtype == torch.float32 and fn.dim() == 2:
             label = f"layer {getattr(layer, 'layer_id', '?')} {name}; {RESTART_HINT}"
-            _derived[id(fn)] = HcDerivedWeights(fn, name=label, owner=layer)
+            holder = HcDerivedWeights(fn, name=label, on_release=lambda: publish_refusal(layer))
+            layer._hc_derived_weights.append(holder)
+            _derived[id(fn)] = holder
+    publish_refusal(layer)
+
+
+def publish_refusal(layer) -> None:
+    """Set ``layer._derived_weight_cache_error`` to its first active holder's refusal, or None:
+    SGLang's weight updater refuses an update while it is set."""
+    holders = getattr(layer, "_hc_derived_weights", ())
+    reasons = [h.update_refusal() for h in holders if h.active]
+    layer._derived_weight_cache_error = reasons[0] if reasons else None
 
 
 def mix_stats_admission(hc, x: torch.Tensor, weights, mode: str) -> Admission:
@@ -72,10 +80,11 @@ def mix_stats_admission(hc, x: torch.Tensor, weights, mode: str) -> Admission:
 def mix_stats_hook(original, hc, x):
     mode = "batch_invariant" if is_batch_invariant_mode_enabled() else "auto"
     weights = derived_weights(hc.fn) or hc.fn
+    admission = mix_stats_admission(hc, x, weights, mode)
     cfg = hc.cfg
     return dispatch.run(
         "mhc._mix_stats_impl",
-        mix_stats_admission(hc, x, weights, mode),
+        admission,
         lambda: hc_mix_stats(
             x,
             weights,
@@ -86,6 +95,7 @@ def mix_stats_hook(original, hc, x):
             eps=cfg.eps,
             post_mult=MHC_POST_MULT_VALUE,
             mode=mode,
+            admission=admission,
         ),
         lambda: original(hc, x),
     )

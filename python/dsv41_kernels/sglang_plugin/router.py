@@ -29,17 +29,46 @@ from sglang.srt.layers.moe.utils import get_moe_a2a_backend
 from sglang.srt.multimodal.dsv41 import vl_routing
 from sglang.srt.plugins.hook_registry import HookType
 
-from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.admission import Admission, admit, refuse
 from dsv41_kernels.jit import sm_major
-from dsv41_kernels.ops.moe.moe_fused_gate import (
-    emits_packed_ids,
-    moe_fused_gate,
-    moe_fused_gate_admission,
-)
+from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.measured import against_sglang
+from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
 
 _TARGET = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk"
+PACKED_RUNNER = "flashinfer_mxfp4"
+"""The only MoE runner in SGLang 0.5.23 that consumes packed ids."""
+MEGAMOE_A2A = "megamoe"
+"""SGLang's ``MoeA2ABackend.MEGAMOE`` value: its all-to-all takes unpacked ids."""
+
+
+def emits_packed_ids(
+    *,
+    num_fused_shared_experts: int,
+    expert_location_remapped: bool,
+    a2a_backend: str,
+    simulating_routing: bool,
+    moe_runner_backend: str | None,
+) -> Admission:
+    """Whether the router should also write packed ids: only when nothing rewrites its outputs.
+
+    The packed ids are taken from the router's final ids and weights, so every later rewrite
+    of either (shared-expert rescaling, expert-location remapping, routing simulation) rules
+    them out, as do a MegaMoE all-to-all and a runner that does not read them.
+    """
+    if num_fused_shared_experts:
+        return refuse("fused shared-expert slots are rescaled after the router")
+    if expert_location_remapped:
+        return refuse("expert-location remapping rewrites ids after the router")
+    if a2a_backend == MEGAMOE_A2A:
+        return refuse("MegaMoE all-to-all takes unpacked ids")
+    if simulating_routing:
+        return refuse("routing simulation rewrites ids and weights after the router")
+    if moe_runner_backend != PACKED_RUNNER:
+        return refuse(f"MoE runner {moe_runner_backend!r} does not consume packed ids")
+    return admit("packed ids", f"{PACKED_RUNNER} consumes packed ids")
+
+
 
 
 def _enum_value(member) -> str | None:
@@ -55,9 +84,9 @@ def router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_i
     if torch.version.hip is not None:
         return refuse("ROCm: SGLang routes in torch there")
     arch = sm_major(logits.device.index) if logits.is_cuda else None
-    measured = against_sglang("router", arch, logits.shape[0])
-    if not measured:
-        return measured
+    slower = slower_than_sglang("router", arch, logits.shape[0])
+    if slower is not None:
+        return slower
     return moe_fused_gate_admission(
         logits,
         bias,
@@ -94,17 +123,18 @@ def vision_topk_hook(
     bias, bias_alt = moe.gate.e_score_correction_bias, moe.gate.e_score_correction_bias_vl
     if input_ids is None:
         bias_alt = None
+    admission = router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info)
     return dispatch.run(
         "router.vision_topk",
-        router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info),
-        lambda: _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt),
+        admission,
+        lambda: _route(moe, logits, input_ids, rows, config, dispatch_info, bias_alt, admission),
         lambda: original(
             moe, logits, input_ids, num_token_non_padded, expert_location_dispatch_info
         ),
     )
 
 
-def _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt):
+def _route(moe, logits, input_ids, rows, config, dispatch_info, bias_alt, admission):
     packed = None
     if packed_ids_admission(config, dispatch_info):
         packed = torch.empty(
@@ -112,7 +142,7 @@ def _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt):
         )
     weights, ids = moe_fused_gate(
         logits,
-        bias,
+        moe.gate.e_score_correction_bias,
         bias_alt=bias_alt,
         input_ids=input_ids,
         image_token_id=moe.config.image_token_id,
@@ -124,6 +154,7 @@ def _route(moe, logits, input_ids, rows, config, dispatch_info, bias, bias_alt):
         num_shared_slots=config.num_shared_topk_slots,
         num_token_non_padded=rows,
         packed_out=packed,
+        admission=admission,
     )
     # Padded rows are already id -1 / weight 0, as SGLang's own fused router leaves them.
     weights, ids = vl_routing._finish_vision_topk(

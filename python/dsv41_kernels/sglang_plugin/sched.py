@@ -1,4 +1,4 @@
-"""Call site 4: FlashMLA's decode scheduler metadata -> :func:`dsv41_kernels.decoding_sched_meta`.
+"""Call site 4: FlashMLA's decode scheduler metadata -> ``decoding_sched_meta``.
 
 ``sglang.srt.layers.attention.deepseek_v4_backend._maybe_precompute_flashmla_sched_meta``
 fills a ``FlashMLASchedMeta``'s ``tile_scheduler_metadata [num_sm_parts, 8]`` and
@@ -23,7 +23,7 @@ from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, admit, refuse
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
-    BLOCK_SIZE_N,
+    DecodingSchedConfig,
     decoding_sched_meta,
     decoding_sched_meta_admission,
     device_sched_config,
@@ -79,17 +79,17 @@ def sched_meta_hook(
     ):
         admission, plan = refuse("no metadata object, or it already holds a schedule"), None
     else:
-        admission, plan = _plan(q, indices, topk_length, extra_indices, extra_topk_length)
+        admission, plan = _plan(q, indices, topk_length, extra_topk_length, extra_indices)
     return dispatch.run(
         "sched._maybe_precompute_flashmla_sched_meta",
         admission,
-        lambda: _schedule(flashmla_metadata, *plan),
+        lambda: _schedule(flashmla_metadata, admission, *plan),
         lambda: original(flashmla_metadata, **arguments),
     )
 
 
-def _plan(q, indices, topk_length, extra_indices, extra_topk_length):
-    """(admission, (meta, num_splits, schedule)): the buffers FlashMLA reads, and our
+def _plan(q, indices, topk_length, extra_topk_length, extra_indices):
+    """(admission, (meta, num_splits, config, lengths)): the buffers FlashMLA reads and our
     scheduler's arguments for this step."""
     admission = sched_admission(q, topk_length, extra_topk_length)
     if not admission:
@@ -98,19 +98,18 @@ def _plan(q, indices, topk_length, extra_indices, extra_topk_length):
     parts, overhead = _sched_config(q.device.index, s_q, h_q, d_qk)
     meta = torch.empty((parts, 8), dtype=torch.int32, device=q.device)
     num_splits = torch.empty((b + 1,), dtype=torch.int32, device=q.device)
-    schedule = dict(
-        topk_length=topk_length,
-        extra_topk_length=extra_topk_length,
-        block_size_n=BLOCK_SIZE_N,
-        fixed_overhead_num_blocks=overhead,
+    config = DecodingSchedConfig(
         topk=indices.shape[-1],
         extra_topk=0 if extra_indices is None else extra_indices.shape[-1],
+        fixed_overhead_num_blocks=overhead,
     )
-    return decoding_sched_meta_admission(meta, num_splits, **schedule), (meta, num_splits, schedule)
+    lengths = dict(topk_length=topk_length, extra_topk_length=extra_topk_length)
+    admission = decoding_sched_meta_admission(meta, num_splits, config, **lengths)
+    return admission, (meta, num_splits, config, lengths)
 
 
-def _schedule(flashmla_metadata, meta, num_splits, schedule):
-    decoding_sched_meta(meta, num_splits, **schedule)
+def _schedule(flashmla_metadata, admission, meta, num_splits, config, lengths):
+    decoding_sched_meta(meta, num_splits, config, **lengths, admission=admission)
     flashmla_metadata.tile_scheduler_metadata = meta
     flashmla_metadata.num_splits = num_splits
 

@@ -1,16 +1,17 @@
 """FlashMLA's decoding scheduler: the reference against the spec, the kernels against both."""
 
+import dataclasses
 import random
 
 import pytest
 import torch
 
+from dsv41_kernels.cases.decoding_sched_meta import baseline_decoding_sched_meta, check_cases
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
     BLOCK_SIZE_N,
     FIXED_OVERHEAD_NUM_BLOCKS,
+    DecodingSchedConfig,
     DecodingSchedMeta,
-    baseline_decoding_sched_meta,
-    check_cases,
     decoding_sched_meta,
     decoding_sched_meta_admission,
     device_sched_config,
@@ -29,7 +30,7 @@ def as_tensors(meta, splits):
 # CPU tier: the reference
 
 
-SPEC_VECTORS = [  # specs.md A.12; left-over partitions: begin_block_idx 0, as sgl-flash-mla 1.0.0
+SPEC_VECTORS = [  # docs/specs.md A.12
     (
         dict(batch_size=1, num_sm_parts=132, topk=2048),
         [[0, 0, k, k + 1, k, 1, 1, 0] for k in range(32)] + [[1, 0, 0, 32, 0, 0, 0, 0]] * 100,
@@ -121,7 +122,7 @@ def random_case(rng: random.Random) -> dict:
 
 
 def check_invariants(case: dict, meta: torch.Tensor, splits: torch.Tensor) -> None:
-    """What FlashMLA's consumers rely on (specs A.6, A.9), checked from the outputs alone."""
+    """What FlashMLA's consumers rely on (docs/specs.md A.6, A.9), from the outputs alone."""
     b, parts = case["batch_size"], case["num_sm_parts"]
     lengths = {k: case.get(k) for k in ("topk_length", "extra_topk_length", "seqlens_k")}
     scalars = dict(topk=case["topk"], extra_topk=case.get("extra_topk", 0))
@@ -215,12 +216,20 @@ def outputs(b: int, parts: int, device="cpu"):
 
 
 SPARSE = dict(block_size_n=64, fixed_overhead_num_blocks=5, topk=2048, extra_topk=512)
+SPARSE_CONFIG = DecodingSchedConfig(**SPARSE)
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(DecodingSchedConfig)}
+
+
+def config_and_rest(kwargs: dict) -> tuple[DecodingSchedConfig, dict]:
+    """The reference's flat keywords split into the op's config and its other arguments."""
+    config = DecodingSchedConfig(**{k: v for k, v in kwargs.items() if k in CONFIG_FIELDS})
+    return config, {k: v for k, v in kwargs.items() if k not in CONFIG_FIELDS}
 
 
 def test_admission_refuses_cpu():
     meta, splits = outputs(4, 22)
-    got = decoding_sched_meta_admission(meta, splits, **SPARSE)
-    assert not got and got.path == "fallback" and "cpu" in got.reason
+    got = decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG)
+    assert not got and got.path == "fallback" and "cpu" in got.reason and got.kernel is None
 
 
 @pytest.mark.parametrize(
@@ -251,16 +260,24 @@ def test_admission_refuses_cpu():
 )
 def test_bad_arguments_raise(change, name):
     meta, splits = outputs(4, 22)
-    args = dict(tile_scheduler_metadata=meta, num_splits=splits, **SPARSE)
-    args.update(change)
-    for fn in (decoding_sched_meta, decoding_sched_meta_admission, baseline_decoding_sched_meta):
+    flat = dict(tile_scheduler_metadata=meta, num_splits=splits, **SPARSE) | change
+    config, args = config_and_rest(flat)
+    buffers = (args.pop("tile_scheduler_metadata"), args.pop("num_splits"))
+    for fn in (decoding_sched_meta, baseline_decoding_sched_meta):
         with pytest.raises(ValueError, match=name):
-            fn(**args)
+            fn(*buffers, config, **args)
+    verdict = decoding_sched_meta_admission(*buffers, config, **args)  # refuses, never raises
+    assert not verdict and name in verdict.reason and verdict.reason.startswith("invalid")
 
 
 def test_baseline_needs_cuda():
     with pytest.raises(ValueError, match="kernel path"):
-        baseline_decoding_sched_meta(*outputs(4, 22), **SPARSE)
+        baseline_decoding_sched_meta(*outputs(4, 22), SPARSE_CONFIG)
+
+
+def test_config_must_be_a_decoding_sched_config():
+    with pytest.raises(ValueError, match="config"):
+        decoding_sched_meta(*outputs(4, 22), SPARSE)
 
 
 def test_fallback_matches_reference():
@@ -272,14 +289,16 @@ def test_fallback_matches_reference():
         tensors = {
             k: torch.tensor(v, dtype=torch.int32) if k in lengths else v for k, v in case.items()
         }
-        tensors.setdefault("extra_topk", 0)
-        meta, splits = decoding_sched_meta(*outputs(b, parts), **tensors)
+        config, lengths = config_and_rest(tensors)
+        meta, splits = decoding_sched_meta(*outputs(b, parts), config, **lengths)
         want = reference(batch_size=b, num_sm_parts=parts, **case)
         assert torch.equal(meta, want[0]) and torch.equal(splits, want[1])
 
 
 def test_holder_recomputes_after_reset():
-    sched = DecodingSchedMeta.empty(batch_size=2, num_sm_parts=6, device="cpu", topk=512)
+    sched = DecodingSchedMeta.empty(
+        batch_size=2, num_sm_parts=6, device="cpu", config=DecodingSchedConfig(topk=512)
+    )
     lengths = torch.tensor([512, 100], dtype=torch.int32)
     meta, splits = sched.schedule(topk_length=lengths)
     want = reference(batch_size=2, num_sm_parts=6, topk=512, topk_length=lengths)
@@ -321,17 +340,14 @@ def run_all_three(case: dict, *, baseline: bool = True) -> None:
     device = torch.device("cuda")
     b, parts = case["batch_size"], case["num_sm_parts"]
     kwargs = {k: v for k, v in case.items() if k not in ("batch_size", "num_sm_parts")}
-    kwargs.setdefault("extra_topk", 0)
-    on_device = {
-        k: torch.tensor(v, dtype=torch.int32, device=device) if isinstance(v, list) else v
-        for k, v in kwargs.items()
-    }
+    config, lengths = config_and_rest(kwargs)
+    on_device = {k: torch.tensor(v, dtype=torch.int32, device=device) for k, v in lengths.items()}
     want_meta, want_splits = reference(batch_size=b, num_sm_parts=parts, **kwargs)
     arms = [decoding_sched_meta] + ([baseline_decoding_sched_meta] if baseline else [])
     for fn in arms:
         meta, splits = outputs(b, parts, device)
-        assert decoding_sched_meta_admission(meta, splits, **on_device)
-        fn(meta, splits, **on_device)
+        assert decoding_sched_meta_admission(meta, splits, config, **on_device)
+        fn(meta, splits, config, **on_device)
         label = f"{fn.__name__} b={b} parts={parts} {kwargs.get('topk')}"
         assert torch.equal(meta.cpu(), want_meta), label
         assert torch.equal(splits.cpu(), want_splits), label
@@ -418,7 +434,7 @@ def test_gpu_side_stream_and_config():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        decoding_sched_meta(meta, splits, topk_length=topk_length, **SPARSE)
+        decoding_sched_meta(meta, splits, SPARSE_CONFIG, topk_length=topk_length)
     stream.synchronize()
     want = reference(batch_size=8, num_sm_parts=parts, topk_length=topk_length.cpu(), **SPARSE)
     assert torch.equal(meta.cpu(), want[0]) and torch.equal(splits.cpu(), want[1])
@@ -429,8 +445,8 @@ def test_gpu_non_contiguous_lengths_take_the_fallback():
     wide = torch.randint(0, 2049, (8, 2), dtype=torch.int32, device="cuda")
     topk_length = wide[:, 0]
     meta, splits = outputs(8, 22, "cuda")
-    assert not decoding_sched_meta_admission(meta, splits, topk_length=topk_length, **SPARSE)
-    decoding_sched_meta(meta, splits, topk_length=topk_length, **SPARSE)
+    assert not decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG, topk_length=topk_length)
+    decoding_sched_meta(meta, splits, SPARSE_CONFIG, topk_length=topk_length)
     want = reference(batch_size=8, num_sm_parts=22, topk_length=topk_length.cpu(), **SPARSE)
     assert torch.equal(meta.cpu(), want[0]) and torch.equal(splits.cpu(), want[1])
 
@@ -442,7 +458,10 @@ def test_gpu_graph_replay_follows_new_lengths(b, parts):
     topk_length = torch.zeros(b, dtype=torch.int32, device="cuda")
     extra_topk_length = torch.zeros(b, dtype=torch.int32, device="cuda")
     sched = DecodingSchedMeta.empty(
-        batch_size=b, num_sm_parts=parts, device="cuda", topk=2048, extra_topk=512
+        batch_size=b,
+        num_sm_parts=parts,
+        device="cuda",
+        config=DecodingSchedConfig(topk=2048, extra_topk=512),
     )
     lengths = dict(topk_length=topk_length, extra_topk_length=extra_topk_length)
     stream = torch.cuda.Stream()

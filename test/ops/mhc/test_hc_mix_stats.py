@@ -1,19 +1,21 @@
 import pytest
 import torch
 
-from dsv41_kernels import HcDerivedWeights, hc_mix_stats, hc_mix_stats_admission, split_tf32
-from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.jit import load_module, toolchain_available
-from dsv41_kernels.ops.mhc import hc_mix_stats as hc_mix_stats_module
-from dsv41_kernels.ops.mhc.hc_mix_stats import (
-    CUDA_ROWS_PER_CTA,
-    MIX_RTOL,
-    DerivedWeightsActiveError,
+from dsv41_kernels.admission import admit, triton_interpreter
+from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
     mix_relative_error,
     reference_with_mix,
-    split_k_config,
+    single_pass_tf32,
     stats_mismatches,
+)
+from dsv41_kernels.jit import load_module, toolchain_available
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
+from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
+    CUDA_ROWS_PER_CTA,
+    cuda_kernel_fits,
+    split_k_config,
 )
 from dsv41_kernels.reference.mhc import hc_mix_stats as ref_mix_stats
 from dsv41_kernels.reference.mhc import hc_post, hc_pre, hc_sinkhorn
@@ -90,105 +92,6 @@ def test_hc_pre_combines_with_pre_and_hc_post_sums_over_the_source_stream():
     assert torch.equal(out, loop.to(torch.bfloat16))
 
 
-# ---- split_tf32 ----------------------------------------------------------------------------
-
-SPECIAL = [
-    0.0,
-    -0.0,
-    1.0,
-    -1.0,
-    1.0000001,
-    -3.1415927,
-    2.0**-126,
-    -(2.0**-126),
-    1e-45,
-    -1e-45,
-    2.0**-149 * 8191,
-    2.0**-149 * 8193,
-    1.1754942e-38,
-    3.4028235e38,
-    -3.4028235e38,
-    float("inf"),
-    float("-inf"),
-    float("nan"),
-]
-
-
-def assert_split_exact(w):
-    hi, lo = split_tf32(w)
-    finite = torch.isfinite(w)
-    assert torch.equal(bits(hi + lo)[finite], bits(w)[finite])  # -0.0 included
-    assert (bits(hi)[finite] & 0x1FFF == 0).all()
-    assert (hi.abs() <= w.abs())[finite].all()  # truncation: toward zero
-    assert torch.equal(torch.signbit(lo)[finite], torch.signbit(w)[finite])
-    assert torch.equal(hi.double()[finite] + lo.double()[finite], w.double()[finite])
-    assert torch.equal(bits(hi)[~finite], bits(w)[~finite])  # non-finite: not split
-    assert (lo[~finite] == 0).all()
-
-
-def test_split_tf32_special_values():
-    w = torch.tensor(SPECIAL, dtype=torch.float32)
-    assert_split_exact(w)
-    hi, lo = split_tf32(w)
-    assert bits(hi)[1] == bits(lo)[1] == bits(torch.tensor(-0.0))  # -0 -> (-0, -0)
-    one_ulp = torch.tensor([1.0000001])
-    assert split_tf32(one_ulp)[0].item() == 1.0 and split_tf32(one_ulp)[1].item() == 2.0**-23
-    # what the tensor core reads (C.7): 0x3F801FFF -> 0x3F800000, 0x3FFFFFFF -> 0x3FFFE000
-    raw = torch.tensor([0x3F801FFF, 0x3FFFFFFF], dtype=torch.int32).view(torch.float32)
-    assert bits(split_tf32(raw)[0]).tolist() == [0x3F800000, 0x3FFFE000]
-
-
-def test_split_tf32_random_bit_patterns():
-    gen = torch.Generator().manual_seed(5)
-    patterns = torch.randint(-(2**31), 2**31 - 1, (20000,), generator=gen, dtype=torch.int64)
-    assert_split_exact(patterns.to(torch.int32).view(torch.float32))
-    assert_split_exact(torch.randn(24, 1024, generator=gen))
-
-
-def test_split_tf32_rejects_other_dtypes():
-    with pytest.raises(ValueError, match="w"):
-        split_tf32(torch.ones(3, dtype=torch.float64))
-
-
-# ---- derived weights and the update guard --------------------------------------------------
-
-
-def test_guard_refuses_in_place_update_and_names_the_fix():
-    module = torch.nn.Module()
-    module.inner = torch.nn.Module()
-    fn = torch.randn(24, 64)
-    original = fn.clone()
-    holder = HcDerivedWeights(fn, name="layers.0.hc_attn_fn", owner=module.inner)
-    assert torch.equal(holder.hi + holder.lo, fn) and holder.active
-    assert "release()" in module.inner._derived_weight_cache_error
-    reason = HcDerivedWeights.refuse_update_reason(module)
-    assert reason is not None and "layers.0.hc_attn_fn" in reason and "release()" in reason
-
-    with pytest.raises(DerivedWeightsActiveError, match=r"release\(\)"):
-        holder.update_(torch.zeros(24, 64))
-    with pytest.raises(DerivedWeightsActiveError, match=r"release\(\)"):
-        holder.assert_updatable()
-    assert torch.equal(fn, original) and torch.equal(holder.fn, original)  # nothing written
-
-    holder.release()
-    assert not holder.active and module.inner._derived_weight_cache_error is None
-    assert HcDerivedWeights.refuse_update_reason(module) is None
-    holder.update_(torch.zeros(24, 64))
-    assert (fn == 0).all()
-    with pytest.raises(ValueError, match="released"):
-        _ = holder.hi
-
-
-def test_guard_with_two_holders_on_one_owner():
-    owner = torch.nn.Module()
-    attn = HcDerivedWeights(torch.randn(24, 32), name="attn", owner=owner)
-    ffn = HcDerivedWeights(torch.randn(24, 32), name="ffn", owner=owner)
-    attn.release()
-    assert "'ffn'" in owner._derived_weight_cache_error
-    ffn.release()
-    assert owner._derived_weight_cache_error is None
-
-
 @needs_kernel
 def test_released_or_stale_weights_are_refused():
     x, fn, scale, base = example_inputs(3, 16, device=DEVICE)
@@ -213,13 +116,13 @@ def test_released_or_stale_weights_are_refused():
         (128, "auto", "compensated"),
         (3, "compensated", "compensated"),
         (300, "batch_invariant", "batch_invariant"),
-        (5, "single_pass_tf32", "single_pass_tf32"),
     ],
 )
 def test_admission_names_the_path(m, mode, path):
     x = torch.zeros(m, 64, dtype=torch.bfloat16, device=DEVICE)
     adm = hc_mix_stats_admission(x, torch.zeros(24, 64, device=DEVICE), mode)
     assert adm and adm.reason.startswith(path + ":")
+    assert adm.kernel in (f"{path}/cuda", f"{path}/triton")
 
 
 def test_admission_refuses_without_triton_device_and_fallback_is_fp32_torch(monkeypatch):
@@ -244,6 +147,11 @@ def test_bad_arguments_name_themselves():
     x, fn, scale, base = example_inputs(4, 16, device="cpu")
     with pytest.raises(ValueError, match="mode"):
         hc_mix_stats(x, fn, scale, base, mode="fast")
+    with pytest.raises(ValueError, match="mode"):
+        hc_mix_stats(x, fn, scale, base, mode="single_pass_tf32")  # not an op path
+    for args in ((x, fn, "fast"), (x[0], fn), (x, fn[:, :32]), (x, fn.double())):
+        verdict = hc_mix_stats_admission(*args)  # the admission refuses, never raises
+        assert not verdict and verdict.reason.startswith("invalid arguments")
     with pytest.raises(ValueError, match="x"):
         hc_mix_stats(x[0], fn, scale, base)
     with pytest.raises(ValueError, match="weights"):
@@ -258,9 +166,7 @@ def test_bad_arguments_name_themselves():
         HcDerivedWeights(fn[:8])
 
 
-@pytest.mark.parametrize(
-    "path", ["compensated", "small_row", "batch_invariant", "single_pass_tf32"]
-)
+@pytest.mark.parametrize("path", ["compensated", "small_row", "batch_invariant"])
 def test_launch_shapes_fit_grid_limits_up_to_65536_rows(path):
     for k in (4 * 4096, 4 * 5120, 4 * 7168, 160):
         for m in (1, 6, 64, 127, 128, 1024, 4096, 16384, 65536):
@@ -281,7 +187,6 @@ KERNEL_CASES = [
     (3, 32, "compensated"),
     (70, 16, "small_row"),  # two row tiles
     (9, 32, "batch_invariant"),
-    (9, 32, "single_pass_tf32"),
 ]
 
 
@@ -292,13 +197,29 @@ def test_kernels_against_references(m, hidden, mode):
     ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, mode=mode, return_mix=True)
     assert [tuple(t.shape) for t in ours] == [(m, 4), (m, 4), (m, 4, 4), (m, 24)]
     ref = reference_with_mix(x, fn, scale, base)
-    if mode != "single_pass_tf32" or not torch.cuda.is_available():
-        assert stats_mismatches(ours, ref, scale) == 0
+    assert stats_mismatches(ours, ref, scale) == 0
     assert (ours[2].sum(-2) - 1).abs().max() < 3e-6
     # A bare fn (split per call) and [m, 4, H] input give the same bits.
     again = hc_mix_stats(x.reshape(m, 4, hidden), fn, scale, base, mode=mode, return_mix=True)
     assert_rows_equal(ours, again)
     assert_rows_equal(ours[:3], hc_mix_stats(x, fn, scale, base, mode=mode))
+
+
+@needs_kernel
+def test_single_pass_tf32_against_references():
+    """Upstream's numerics on our kernels (what the compensation is measured against): exact
+    in the interpreter, which has no TF32, so within the stated tolerances there."""
+    m, hidden = 9, 32
+    x, fn, scale, base = example_inputs(m, hidden, device=DEVICE, seed=m + hidden)
+    ours = single_pass_tf32(x, fn, scale, base, return_mix=True)
+    assert [tuple(t.shape) for t in ours] == [(m, 4), (m, 4), (m, 4, 4), (m, 24)]
+    if not torch.cuda.is_available():
+        assert stats_mismatches(ours, reference_with_mix(x, fn, scale, base), scale) == 0
+    assert (ours[2].sum(-2) - 1).abs().max() < 3e-6
+    assert_rows_equal(
+        ours, single_pass_tf32(x.reshape(m, 4, hidden), fn, scale, base, return_mix=True)
+    )
+    assert_rows_equal(ours[:3], single_pass_tf32(x, fn, scale, base))
 
 
 @needs_kernel
@@ -355,7 +276,7 @@ def test_gpu_compensated_accuracy_vs_single_pass_tf32(m):
     holder = HcDerivedWeights(fn)
     ref = reference_with_mix(x, fn, scale, base)
     comp = hc_mix_stats(x, holder, scale, base, mode="compensated", return_mix=True)
-    single = hc_mix_stats(x, holder, scale, base, mode="single_pass_tf32", return_mix=True)
+    single = single_pass_tf32(x, fn, scale, base, return_mix=True)
     err, err_single = mix_relative_error(comp[3], ref[3]), mix_relative_error(single[3], ref[3])
     assert err <= MIX_RTOL, err
     assert err * 10 <= err_single, (err, err_single)
@@ -390,27 +311,31 @@ def test_gpu_other_shapes(m, hidden):
 @pytest.mark.skipif(
     not toolchain_available(), reason="no CUDA toolchain: the compensated paths run Triton"
 )
-def test_gpu_cuda_projection_agrees_with_the_triton_projection(monkeypatch):
-    assert load_module("hc_mix_partials").hc_mix_partials_rows_per_cta() == CUDA_ROWS_PER_CTA
+def test_gpu_cuda_projection_agrees_with_the_triton_projection():
+    assert load_module("hc_mix_stats").hc_mix_partials_rows_per_cta() == CUDA_ROWS_PER_CTA
     for m in (1, 128, 300, 4096):
         x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=200 + m)
         holder = HcDerivedWeights(fn)
         ref = reference_with_mix(x, fn, scale, base)
-        assert "CUDA mma.sync projection" in hc_mix_stats_admission(x, holder, "compensated").reason
+        admission = hc_mix_stats_admission(x, holder, "compensated")
+        assert "CUDA mma.sync projection" in admission.reason
+        assert admission.kernel == "compensated/cuda"
         results = []
-        for cuda in (True, False):
-            monkeypatch.setattr(hc_mix_stats_module, "uses_cuda_projection", lambda x2d, c=cuda: c)
-            ours = hc_mix_stats(x, holder, scale, base, mode="compensated", return_mix=True)
+        for kernel in ("compensated/cuda", "compensated/triton"):
+            ours = hc_mix_stats(
+                x, holder, scale, base, mode="compensated", return_mix=True, admission=admit(kernel)
+            )
             assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
             assert stats_mismatches(ours, ref, scale) == 0
             results.append(ours[3])
         assert mix_relative_error(results[0], results[1].double()) <= 2 * MIX_RTOL
-        monkeypatch.undo()
     # A row stride that keeps 16-byte alignment takes the CUDA kernel; a misaligned view does not.
     wide = example_inputs(64, 5120 + 4, device="cuda", seed=7)[0]
     _, fn, scale, base = example_inputs(64, 5120, device="cuda", seed=8)
     for view, cuda in ((wide[:, : 4 * 5120], True), (wide[:, 1 : 4 * 5120 + 1], False)):
-        assert hc_mix_stats_module.uses_cuda_projection(view) is cuda
+        assert cuda_kernel_fits(view) is cuda
+        kernel = hc_mix_stats_admission(view, fn, "compensated").kernel
+        assert kernel == ("compensated/cuda" if cuda else "compensated/triton")
         ref = reference_with_mix(view, fn, scale, base)
         holder = HcDerivedWeights(fn)
         ours = hc_mix_stats(view, holder, scale, base, mode="compensated", return_mix=True)
@@ -469,5 +394,7 @@ def test_gpu_cuda_graph_capture_and_replay(m):
 
 def test_cuda_projection_is_only_chosen_for_cuda_tensors():
     x = example_inputs(4, 64, device="cpu", seed=1)[0]
-    assert not hc_mix_stats_module.uses_cuda_projection(x)
-    assert "mma.sync" not in hc_mix_stats_admission(x, None, "compensated").reason
+    _, fn, _, _ = example_inputs(4, 64, device="cpu", seed=1)
+    assert not cuda_kernel_fits(x)
+    admission = hc_mix_stats_admission(x, fn, "compensated")
+    assert "mma.sync" not in admission.reason and admission.kernel != "compensated/cuda"

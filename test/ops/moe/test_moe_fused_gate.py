@@ -5,13 +5,9 @@ import pytest
 import torch
 
 import dsv41_kernels.reference.moe_router as moe_router
-from dsv41_kernels import emits_packed_ids, moe_fused_gate, moe_fused_gate_admission, pack_topk
 from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.ops.moe.moe_fused_gate import (
-    WEIGHT_ULP_BOUND,
-    check_cases,
-    fp32_ulp_distance,
-)
+from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, check_cases, fp32_ulp_distance
+from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission, pack_topk
 from dsv41_kernels.reference import vision_topk
 
 IMAGE = 129264  # DeepSeek-V4.1's image token id
@@ -390,31 +386,6 @@ def test_pack_topk_bad_input():
         pack_topk(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="^ids"):
         pack_topk(torch.zeros(2, 3), torch.zeros(2, 3))
-
-
-PACKED_ADMISSION = [
-    # shared slots, remapped, a2a backend, simulating, runner, emits, reason fragment
-    (0, False, "none", False, "flashinfer_mxfp4", True, "consumes packed ids"),
-    (0, False, "deepep", False, "flashinfer_mxfp4", True, "consumes packed ids"),
-    (1, False, "none", False, "flashinfer_mxfp4", False, "shared-expert"),
-    (0, True, "none", False, "flashinfer_mxfp4", False, "remapping"),
-    (0, False, "megamoe", False, "flashinfer_mxfp4", False, "MegaMoE"),
-    (0, False, "none", True, "flashinfer_mxfp4", False, "simulation"),
-    (0, False, "none", False, "triton", False, "'triton' does not consume"),
-    (0, False, "none", False, None, False, "None does not consume"),
-]
-
-
-@pytest.mark.parametrize("shared,remapped,a2a,simulating,runner,emits,why", PACKED_ADMISSION)
-def test_emits_packed_ids_table(shared, remapped, a2a, simulating, runner, emits, why):
-    verdict = emits_packed_ids(
-        num_fused_shared_experts=shared,
-        expert_location_remapped=remapped,
-        a2a_backend=a2a,
-        simulating_routing=simulating,
-        moe_runner_backend=runner,
-    )
-    assert verdict.ok is emits and why in verdict.reason, verdict
 
 
 # ---- GPU tier ------------------------------------------------------------------------------

@@ -1,9 +1,13 @@
 import pytest
 import torch
 
-from dsv41_kernels import mxfp8_quantize, mxfp8_quantize_admission
 from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.ops.quantization.mxfp8_quantize import launch, special_values_bf16
+from dsv41_kernels.cases.mxfp8_quantize import special_values_bf16
+from dsv41_kernels.ops.quantization.mxfp8_quantize import (
+    launch,
+    mxfp8_quantize,
+    mxfp8_quantize_admission,
+)
 from dsv41_kernels.reference.mxfp8 import (
     e4m3_rne_satfinite,
     scale_buffer_size,
@@ -88,7 +92,7 @@ def test_e4m3_model_matches_brute_force_over_all_codes():
     ]
 
 
-# ---- the reference on the special-value table (specs.md B.3) ----------------------------------
+# ---- the reference on the special-value table (docs/specs.md B.3) ----------------------------
 
 SPECIAL_BLOCKS = [
     # (name, block, scale byte, expected codes as {position: code} or a full list)
@@ -283,6 +287,8 @@ def test_empty_input():
 def test_bad_input_raises_value_error(x, message):
     with pytest.raises(ValueError, match=message):
         mxfp8_quantize(x)
+    verdict = mxfp8_quantize_admission(x)  # the admission refuses, never raises
+    assert not verdict and verdict.reason.startswith("invalid arguments")
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype != torch.float32:
         with pytest.raises(ValueError, match=message):
             reference(x)
@@ -325,11 +331,11 @@ def _sm_major() -> int:
 @pytest.mark.gpu
 @pytest.mark.skipif(
     _sm_major() < 10,
-    reason="flashinfer's mxfp8_quantize kernel body is compiled only for SM100+ (specs.md B.6)",
+    reason="FlashInfer compiles its mxfp8_quantize kernel body for SM100+ only (docs/specs.md B.6)",
 )
 def test_gpu_matches_flashinfer_on_sm100():
     flashinfer = pytest.importorskip("flashinfer")
-    # Finite data only: FlashInfer's NaN/Inf bytes changed across versions (specs.md B.8).
+    # Finite data only: FlashInfer's NaN/Inf bytes changed across versions (docs/specs.md B.8).
     for m, k, decade in [(1, 5120, 0), (6, 5120, -2), (128, 4096, 2), (300, 5120, 1)]:
         gen = torch.Generator().manual_seed(m + k)
         x = (torch.randn(m, k, generator=gen) * 10.0**decade).to(torch.bfloat16).cuda()

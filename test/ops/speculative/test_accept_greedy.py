@@ -1,11 +1,15 @@
 import pytest
 import torch
 
-from dsv41_kernels import accept_greedy, accept_greedy_admission
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.jit import sm_major, toolchain_available
-from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch, uses_cluster_accept
-from dsv41_kernels.ops.speculative.row_argmax import launch as triton_launch
+from dsv41_kernels.ops.speculative.accept_greedy import (
+    accept_greedy,
+    accept_greedy_admission,
+    accept_greedy_torch,
+    launch_triton,
+)
+from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER
 from dsv41_kernels.reference import accept_greedy as accept_rule
 
 from .logit_cases import random_logits
@@ -159,6 +163,9 @@ def test_bad_input(kwargs, match):
     candidates, logits = kwargs.pop("candidates"), kwargs.pop("logits")
     with pytest.raises(ValueError, match=match):
         accept_greedy(candidates, logits, **kwargs)
+    cutoff = kwargs.pop("cutoff_verify_lens", None)
+    verdict = accept_greedy_admission(candidates, logits, cutoff, **kwargs)  # refuses, no raise
+    assert not verdict and verdict.reason.startswith("invalid arguments")
 
 
 # ---- GPU tier ------------------------------------------------------------------------------
@@ -219,10 +226,10 @@ def test_gpu_cluster_accept_equals_triton_accept():
         candidates, logits, cutoff = candidates.cuda(), logits.cuda(), cutoff.cuda()
         c = cutoff if i % 4 < 2 else None
         ref = accept_greedy_torch(candidates, logits, c)
-        cluster_calls += uses_cluster_accept(candidates, logits)
+        cluster_calls += accept_greedy_admission(candidates, logits, c).kernel == CUDA_CLUSTER
         assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=c), ref)
         triton_out = tuple(torch.empty_like(t) for t in ref)
-        triton_launch(logits, candidates=candidates, cutoff=c, accept_out=triton_out, n=n)
+        launch_triton(candidates, logits, c, triton_out)
         assert_same(triton_out, ref)
     # rows of 4099 fp32 are not 16-byte aligned: those take the Triton kernel everywhere
     assert cluster_calls == 160 or not (toolchain_available() and sm_major(0) >= 9)
@@ -246,7 +253,7 @@ def test_gpu_cluster_accept_across_the_generation_wrap():
     for i in range(8):
         n = (6, 3, 8, 1)[i % 4]
         candidates, logits, cutoff = (t.cuda() for t in make_case(1, n, 129280, gen))
-        assert uses_cluster_accept(candidates, logits)
+        assert accept_greedy_admission(candidates, logits, cutoff).kernel == CUDA_CLUSTER
         ref = accept_greedy_torch(candidates, logits, cutoff)
         assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
     assert int(tickets[0]) >> 32 == 6  # 2**31 - 2 + 8 launches, modulo 2**31

@@ -1,10 +1,13 @@
 import pytest
 import torch
 
-from dsv41_kernels import row_argmax, row_argmax_admission
 from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.ops.speculative.row_argmax import launch as triton_row_argmax
-from dsv41_kernels.ops.speculative.row_argmax import uses_cluster_kernel
+from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER, TRITON
+from dsv41_kernels.ops.speculative.row_argmax import (
+    launch_triton,
+    row_argmax,
+    row_argmax_admission,
+)
 
 from .logit_cases import random_logits, special_rows
 
@@ -18,9 +21,9 @@ def assert_argmax_equal(logits):
     ref = torch.argmax(logits, dim=-1)
     assert ours.dtype == torch.int64 and ours.shape == ref.shape
     assert torch.equal(ours, ref), (ours, ref)
-    if uses_cluster_kernel(logits):  # the Triton kernel must hold on the GPU as well
+    if row_argmax_admission(logits).kernel == CUDA_CLUSTER:  # the Triton kernel must hold too
         triton_out = torch.empty_like(ref)
-        triton_row_argmax(logits, triton_out)
+        launch_triton(logits, triton_out)
         assert torch.equal(triton_out, ref), (triton_out, ref)
 
 
@@ -51,6 +54,7 @@ def test_admission_table(shape, dtype, view, ok, why):
         x = torch.empty(shape[::-1], dtype=dtype, device=device).t()
     verdict = row_argmax_admission(x)
     assert verdict.ok is ok and why in verdict.reason, verdict
+    assert verdict.kernel in ((CUDA_CLUSTER, TRITON) if ok else (None,))
 
 
 def test_admission_refuses_cpu_without_interpreter(monkeypatch):
@@ -85,11 +89,14 @@ def test_bad_input_names_the_argument(args, match):
         row_argmax(*args)
     with pytest.raises(ValueError, match="logits"):
         row_argmax(*args)
+    verdict = row_argmax_admission(*args)  # the admission refuses, never raises
+    assert not verdict and match in verdict.reason and "logits" in verdict.reason
 
 
 def test_bad_out():
     with pytest.raises(ValueError, match="out"):
         row_argmax(torch.randn(3, 8), out=torch.empty(4, dtype=torch.int64))
+    assert not row_argmax_admission(torch.randn(3, 8), out=torch.empty(4, dtype=torch.int64))
     with pytest.raises(ValueError, match="out"):
         row_argmax(torch.randn(3, 8), out=torch.empty(3, dtype=torch.int32))
 
@@ -164,10 +171,10 @@ def test_gpu_production_shape_300_cases():
     triton_out = torch.empty(6, dtype=torch.int64, device="cuda")
     for _ in range(300):
         x = random_logits(6, 129280, gen).cuda()
-        assert uses_cluster_kernel(x)
+        assert row_argmax_admission(x).kernel == CUDA_CLUSTER
         ref = torch.argmax(x, dim=-1)
         bad += int((row_argmax(x) != ref).sum())
-        triton_row_argmax(x, triton_out)
+        launch_triton(x, triton_out)
         triton_bad += int((triton_out != ref).sum())
     assert bad == 0 and triton_bad == 0
 

@@ -12,14 +12,15 @@ to stage in shared memory.
 
 Contract: writes, in place and on the current stream, exactly what the schedulers of
 sgl-flash-mla 1.0.0 write (the FlashMLA SGLang 0.5.23 calls; its legacy SM90 kernels consume
-this schedule on Hopper; specs.md section A, left-over partitions as below):
-``tile_scheduler_metadata`` int32 ``[num_sm_parts, 8]`` (fields in
+this schedule on Hopper; docs/specs.md section A): ``tile_scheduler_metadata`` int32
+``[num_sm_parts, 8]`` (fields in
 :data:`dsv41_kernels.reference.flashmla_sched.RECORD_FIELDS`) and ``num_splits`` int32
 ``[batch_size + 1]``. Sparse mode for ``topk > 0``, dense mode for ``topk == -1``.
 
 Exactness: bit-identical to :func:`dsv41_kernels.reference.decoding_sched_meta` and to the
-FlashMLA-structured baseline kernel over all 8 fields, including the left-over partitions
-(``[b, b - 1, 0, end block of request b - 1, 0, 0, 0]``, ``begin_block_idx = 0`` as
+FlashMLA-structured baseline kernel (``baseline_decoding_sched_meta`` in the same ``.cu``, which
+:mod:`dsv41_kernels.cases.decoding_sched_meta` runs) over all 8 fields, including the left-over
+partitions (``[b, b - 1, 0, end block of request b - 1, 0, 0, 0]``: ``begin_block_idx = 0`` as
 sgl-flash-mla 1.0.0 writes it) and ``_pad`` (written 0; FlashMLA never writes it). The kernel
 path never syncs the host and never allocates, so it can be captured in a CUDA graph; the
 fallback (CPU tensors, non-contiguous layouts, no tvm-ffi) runs the reference on the lengths'
@@ -28,22 +29,25 @@ values, which syncs when they live on a GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 from dataclasses import dataclass
 
 import torch
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, refuse
+from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
 from dsv41_kernels.jit import load_module
 from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
 
-# FlashMLA's constants (deepseek-ai/FlashMLA csrc/api/sparse_decode.h, dense_decode.h; specs A.2).
+# FlashMLA's constants (deepseek-ai/FlashMLA csrc/api/sparse_decode.h, dense_decode.h; restated
+# in docs/specs.md A.2).
 BLOCK_SIZE_N = 64  # KV tokens per block, every implementation ("block_size_topk")
 FIXED_OVERHEAD_NUM_BLOCKS = 5  # cost of starting a chunk of a request, in blocks
 FIXED_OVERHEAD_NUM_BLOCKS_SM100_HEAD128 = 3  # SM100 head-128 kernel at head dim 512 (V4)
 
 _INT32_MAX = 2**31 - 1
 _MODULE = "decoding_sched_meta"
+CUDA = "cuda"  # the block-parallel kernel, the only one an admission names
 _LENGTH_NAMES = ("topk_length", "extra_topk_length", "seqlens_k")  # the kernels' argument order
 
 
@@ -89,6 +93,16 @@ def device_sched_config(
     )
 
 
+@dataclass(frozen=True)
+class DecodingSchedConfig:
+    """The scalars of one schedule: fixed for a model and device, shared by every step."""
+
+    topk: int  # indices per request (sparse decode, > 0), or -1 for dense decode
+    extra_topk: int = 0  # indices per request into the extra cache; 0 without one
+    block_size_n: int = BLOCK_SIZE_N  # KV tokens per block
+    fixed_overhead_num_blocks: int = FIXED_OVERHEAD_NUM_BLOCKS  # see fixed_overhead_num_blocks()
+
+
 def _check_int(name: str, value: int, low: int) -> None:
     if not isinstance(value, int) or not low <= value <= _INT32_MAX:
         raise ValueError(f"{name} must be an int in [{low}, 2**31 - 1], got {value!r}")
@@ -101,17 +115,9 @@ def _present(topk_length, extra_topk_length, seqlens_k) -> dict[str, torch.Tenso
 
 
 def _validate(
-    tile_scheduler_metadata,
-    num_splits,
-    topk_length,
-    extra_topk_length,
-    seqlens_k,
-    block_size_n,
-    fixed_overhead_num_blocks,
-    topk,
-    extra_topk,
-) -> dict[str, torch.Tensor]:
-    """Raise ValueError naming the argument; returns the length tensors given."""
+    tile_scheduler_metadata, num_splits, config, lengths: dict[str, torch.Tensor]
+) -> None:
+    """Raise ValueError naming the argument (or the config field)."""
     check_tensor("tile_scheduler_metadata", tile_scheduler_metadata, dtypes=(torch.int32,), ndim=2)
     check_tensor("num_splits", num_splits, dtypes=(torch.int32,), ndim=1)
     parts, fields = tile_scheduler_metadata.shape
@@ -124,12 +130,14 @@ def _validate(
         raise ValueError(f"num_splits must be [batch_size + 1] with batch_size >= 1, got {b + 1}")
     if num_splits.device != tile_scheduler_metadata.device:
         raise ValueError("num_splits must be on tile_scheduler_metadata's device")
-    _check_int("block_size_n", block_size_n, 1)
-    _check_int("fixed_overhead_num_blocks", fixed_overhead_num_blocks, 0)
+    if not isinstance(config, DecodingSchedConfig):
+        raise ValueError(f"config must be a DecodingSchedConfig, got {type(config).__name__}")
+    _check_int("block_size_n", config.block_size_n, 1)
+    _check_int("fixed_overhead_num_blocks", config.fixed_overhead_num_blocks, 0)
+    topk = config.topk
     if topk != -1:
         _check_int("topk", topk, 1)
-        _check_int("extra_topk", extra_topk, 0)
-    lengths = _present(topk_length, extra_topk_length, seqlens_k)
+        _check_int("extra_topk", config.extra_topk, 0)
     dense_only = {"seqlens_k"}
     for name, t in lengths.items():
         if (name in dense_only) != (topk == -1):
@@ -140,40 +148,14 @@ def _validate(
             raise ValueError(f"{name} must be [batch_size={b}], got {tuple(t.shape)}")
         if t.device != tile_scheduler_metadata.device:
             raise ValueError(f"{name} must be on tile_scheduler_metadata's device")
-    if topk == -1 and seqlens_k is None:
+    if topk == -1 and "seqlens_k" not in lengths:
         raise ValueError("seqlens_k is required in dense mode (topk == -1)")
-    return lengths
 
 
-def decoding_sched_meta_admission(
-    tile_scheduler_metadata: torch.Tensor,
-    num_splits: torch.Tensor,
-    *,
-    topk_length: torch.Tensor | None = None,
-    extra_topk_length: torch.Tensor | None = None,
-    seqlens_k: torch.Tensor | None = None,
-    block_size_n: int,
-    fixed_overhead_num_blocks: int,
-    topk: int,
-    extra_topk: int = 0,
-) -> Admission:
-    """Whether the block-parallel kernel may run; pure (shapes, layouts, device), reads no values.
-
-    Raises ValueError for arguments no path accepts (dtype, shape, negative sizes)."""
-    lengths = _validate(
-        tile_scheduler_metadata,
-        num_splits,
-        topk_length,
-        extra_topk_length,
-        seqlens_k,
-        block_size_n,
-        fixed_overhead_num_blocks,
-        topk,
-        extra_topk,
-    )
+def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor]) -> Admission:
     if not tile_scheduler_metadata.is_cuda:
         return refuse(f"{tile_scheduler_metadata.device.type} tensors: the kernel is CUDA")
-    if _tvm_ffi_missing():
+    if importlib.util.find_spec("tvm_ffi") is None:
         return refuse("apache-tvm-ffi is not installed")
     outputs = {"tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
     for name, t in {**outputs, **lengths}.items():
@@ -181,36 +163,62 @@ def decoding_sched_meta_admission(
             return refuse(f"{name} is not contiguous")
     if tile_scheduler_metadata.data_ptr() % 16 != 0:
         return refuse("tile_scheduler_metadata is not 16-byte aligned (records are stored as int4)")
-    return admit(f"cuda, batch {num_splits.shape[0] - 1}, {tile_scheduler_metadata.shape[0]} parts")
+    batch, parts = num_splits.shape[0] - 1, tile_scheduler_metadata.shape[0]
+    return admit(CUDA, f"cuda, batch {batch}, {parts} parts")
 
 
-def _tvm_ffi_missing() -> bool:
-    return importlib.util.find_spec("tvm_ffi") is None
+def decoding_sched_meta_admission(
+    tile_scheduler_metadata: torch.Tensor,
+    num_splits: torch.Tensor,
+    config: DecodingSchedConfig,
+    *,
+    topk_length: torch.Tensor | None = None,
+    extra_topk_length: torch.Tensor | None = None,
+    seqlens_k: torch.Tensor | None = None,
+) -> Admission:
+    """Whether the block-parallel kernel runs; pure (shapes, layouts, device), reads no values."""
+    lengths = _present(topk_length, extra_topk_length, seqlens_k)
+    try:
+        _validate(tile_scheduler_metadata, num_splits, config, lengths)
+    except ValueError as e:
+        return invalid(e)
+    return _plan(tile_scheduler_metadata, num_splits, lengths)
 
 
-def _launch(kernel: str, tile_scheduler_metadata, num_splits, lengths: dict, *ints: int) -> None:
+def launch(
+    tile_scheduler_metadata,
+    num_splits,
+    config: DecodingSchedConfig,
+    lengths: dict[str, torch.Tensor],
+    *,
+    entry: str = "decoding_sched_meta",
+) -> None:
+    """Launch ``entry`` of ``decoding_sched_meta.cu`` on admitted arguments (``lengths``: the
+    length tensors given, by name). The module's other entry, ``baseline_decoding_sched_meta``,
+    is FlashMLA's structure (one warp, lane 0 walks), which the checks and benchmark run."""
     module = load_module(_MODULE, tile_scheduler_metadata.device.index)
     absent = num_splits  # any int32 tensor on the device: never read when its flag is False
-    getattr(module, kernel)(
+    getattr(module, entry)(
         tile_scheduler_metadata,
         num_splits,
         *(lengths.get(name, absent) for name in _LENGTH_NAMES),
         *(name in lengths for name in _LENGTH_NAMES),
-        *ints,
+        config.block_size_n,
+        config.fixed_overhead_num_blocks,
+        config.topk,
+        config.extra_topk,
     )
 
 
 def decoding_sched_meta(
     tile_scheduler_metadata: torch.Tensor,
     num_splits: torch.Tensor,
+    config: DecodingSchedConfig,
     *,
     topk_length: torch.Tensor | None = None,
     extra_topk_length: torch.Tensor | None = None,
     seqlens_k: torch.Tensor | None = None,
-    block_size_n: int,
-    fixed_overhead_num_blocks: int,
-    topk: int,
-    extra_topk: int = 0,
+    admission: Admission | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Write FlashMLA's decoding schedule into the given buffers, in place; returns them.
 
@@ -218,93 +226,31 @@ def decoding_sched_meta(
         tile_scheduler_metadata: int32 ``[num_sm_parts, 8]``, one record per partition.
         num_splits: int32 ``[batch_size + 1]``: ``num_splits[i]`` is request ``i``'s first row
             in the split accumulators, ``num_splits[batch_size] <= batch_size + num_sm_parts``.
+        config: the schedule's scalars (:class:`DecodingSchedConfig`: ``topk``, ``extra_topk``,
+            FlashMLA's block size and per-chunk overhead).
         topk_length: optional int32 ``[batch_size]``, valid indices per request (sparse mode;
             absent: every request has ``topk``). 0 counts as 1.
         extra_topk_length: optional int32 ``[batch_size]``, indices into the extra cache
             (absent: every request has ``extra_topk``).
         seqlens_k: int32 ``[batch_size]`` KV lengths, dense mode only (``topk == -1``).
-        block_size_n, fixed_overhead_num_blocks: FlashMLA's block and per-chunk overhead
-            (:data:`BLOCK_SIZE_N`, :func:`fixed_overhead_num_blocks`).
-        topk: indices per request (``> 0``), or -1 for dense decode.
-        extra_topk: indices per request into the extra cache; 0 without one.
+        admission: this call's :func:`decoding_sched_meta_admission`, when the caller already
+            made it.
     """
-    admission = decoding_sched_meta_admission(
-        tile_scheduler_metadata,
-        num_splits,
-        topk_length=topk_length,
-        extra_topk_length=extra_topk_length,
-        seqlens_k=seqlens_k,
-        block_size_n=block_size_n,
-        fixed_overhead_num_blocks=fixed_overhead_num_blocks,
-        topk=topk,
-        extra_topk=extra_topk,
-    )
     lengths = _present(topk_length, extra_topk_length, seqlens_k)
+    _validate(tile_scheduler_metadata, num_splits, config, lengths)
+    if admission is None:
+        admission = _plan(tile_scheduler_metadata, num_splits, lengths)
     if admission:
-        _launch(
-            "decoding_sched_meta",
-            tile_scheduler_metadata,
-            num_splits,
-            lengths,
-            block_size_n,
-            fixed_overhead_num_blocks,
-            topk,
-            extra_topk,
-        )
+        launch(tile_scheduler_metadata, num_splits, config, lengths)
         return tile_scheduler_metadata, num_splits
     metadata, splits = reference_sched_meta(
         batch_size=num_splits.shape[0] - 1,
         num_sm_parts=tile_scheduler_metadata.shape[0],
-        block_size_n=block_size_n,
-        fixed_overhead_num_blocks=fixed_overhead_num_blocks,
-        topk=topk,
-        extra_topk=extra_topk,
+        **dataclasses.asdict(config),
         **lengths,
     )
     tile_scheduler_metadata.copy_(metadata)
     num_splits.copy_(splits)
-    return tile_scheduler_metadata, num_splits
-
-
-def baseline_decoding_sched_meta(
-    tile_scheduler_metadata: torch.Tensor,
-    num_splits: torch.Tensor,
-    *,
-    topk_length: torch.Tensor | None = None,
-    extra_topk_length: torch.Tensor | None = None,
-    seqlens_k: torch.Tensor | None = None,
-    block_size_n: int,
-    fixed_overhead_num_blocks: int,
-    topk: int,
-    extra_topk: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same schedule from a kernel with FlashMLA's structure (one warp, lane 0 walks and
-    stores every record): what the block-parallel kernel replaces, and a second oracle.
-    Needs CUDA tensors, contiguous, and ``4 * (5 * batch_size + 1)`` bytes of shared memory."""
-    admission = decoding_sched_meta_admission(
-        tile_scheduler_metadata,
-        num_splits,
-        topk_length=topk_length,
-        extra_topk_length=extra_topk_length,
-        seqlens_k=seqlens_k,
-        block_size_n=block_size_n,
-        fixed_overhead_num_blocks=fixed_overhead_num_blocks,
-        topk=topk,
-        extra_topk=extra_topk,
-    )
-    if not admission:
-        raise ValueError(f"baseline_decoding_sched_meta needs the kernel path: {admission.reason}")
-    lengths = _present(topk_length, extra_topk_length, seqlens_k)
-    _launch(
-        "baseline_decoding_sched_meta",
-        tile_scheduler_metadata,
-        num_splits,
-        lengths,
-        block_size_n,
-        fixed_overhead_num_blocks,
-        topk,
-        extra_topk,
-    )
     return tile_scheduler_metadata, num_splits
 
 
@@ -326,22 +272,23 @@ class DecodingSchedMeta:
 
     tile_scheduler_metadata: torch.Tensor  # int32 [num_sm_parts, 8]: one record per partition
     num_splits: torch.Tensor  # int32 [batch_size + 1]: first split-accumulator row per request
-    topk: int  # indices per request (sparse decode), or -1 for dense decode
-    extra_topk: int = 0  # indices per request into the extra cache; 0 without one
-    block_size_n: int = BLOCK_SIZE_N
-    fixed_overhead_num_blocks: int = FIXED_OVERHEAD_NUM_BLOCKS
+    config: DecodingSchedConfig
     computed: bool = False  # whether this step's schedule is already in the buffers
 
     @classmethod
     def empty(
-        cls, *, batch_size: int, num_sm_parts: int, device: torch.device, **config
+        cls,
+        *,
+        batch_size: int,
+        num_sm_parts: int,
+        device: torch.device | str,
+        config: DecodingSchedConfig,
     ) -> DecodingSchedMeta:
-        """Buffers for ``batch_size`` requests over ``num_sm_parts`` partitions (``config``:
-        the dataclass's scalar fields)."""
+        """Buffers for ``batch_size`` requests over ``num_sm_parts`` partitions."""
         return cls(
             tile_scheduler_metadata=torch.empty(num_sm_parts, 8, dtype=torch.int32, device=device),
             num_splits=torch.empty(batch_size + 1, dtype=torch.int32, device=device),
-            **config,
+            config=config,
         )
 
     def compute(
@@ -355,13 +302,10 @@ class DecodingSchedMeta:
         decoding_sched_meta(
             self.tile_scheduler_metadata,
             self.num_splits,
+            self.config,
             topk_length=topk_length,
             extra_topk_length=extra_topk_length,
             seqlens_k=seqlens_k,
-            block_size_n=self.block_size_n,
-            fixed_overhead_num_blocks=self.fixed_overhead_num_blocks,
-            topk=self.topk,
-            extra_topk=self.extra_topk,
         )
         self.computed = True
         return self.tile_scheduler_metadata, self.num_splits
@@ -375,69 +319,3 @@ class DecodingSchedMeta:
     def reset(self) -> None:
         """Mark the schedule stale: the next :meth:`schedule` recomputes (and is captured)."""
         self.computed = False
-
-
-def check_cases(device: torch.device, small: bool) -> list:
-    from dsv41_kernels.check import CheckCase, bit_mismatches
-
-    on_gpu = device.type == "cuda"
-    # (batch, s_q, topk, extra_topk); dense decode has topk -1.
-    shapes = [
-        (1, 1, 2048, 512),
-        (1, 6, 2048, 512),
-        (64, 1, 2048, 512),
-        (8, 6, 512, 0),
-        (4, 1, -1, 0),
-    ]
-    if small:
-        shapes = [(1, 1, 2048, 512), (5, 6, 512, 0), (3, 1, -1, 0)]
-    cases = []
-    for b, s_q, topk, extra_topk in shapes:
-        if on_gpu:
-            parts, overhead = device_sched_config(device, s_q=s_q, h_q=64)
-        else:
-            parts, overhead = 132 // s_q, FIXED_OVERHEAD_NUM_BLOCKS
-        gen = torch.Generator().manual_seed(b * 1000 + s_q)
-        config = dict(block_size_n=BLOCK_SIZE_N, fixed_overhead_num_blocks=overhead, topk=topk)
-        if topk == -1:
-            config["seqlens_k"] = torch.randint(0, 9000, (b,), generator=gen, dtype=torch.int32)
-        else:
-            config["extra_topk"] = extra_topk
-            config["topk_length"] = torch.randint(
-                0, topk + 1, (b,), generator=gen, dtype=torch.int32
-            )
-            if extra_topk:
-                config["extra_topk_length"] = torch.randint(
-                    0, extra_topk + 1, (b,), generator=gen, dtype=torch.int32
-                )
-        on_device = {
-            k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in config.items()
-        }
-
-        def buffers(b=b, parts=parts):
-            return (
-                torch.full((parts, 8), -7, dtype=torch.int32, device=device),
-                torch.full((b + 1,), -7, dtype=torch.int32, device=device),
-            )
-
-        ours, before = buffers(), buffers()
-        mode = "dense" if topk == -1 else f"topk {topk}" + (f"+{extra_topk}" if extra_topk else "")
-        cases.append(
-            CheckCase(
-                op="decoding_sched_meta",
-                shape=f"b={b} s_q={s_q} parts={parts} {mode}",
-                admission=decoding_sched_meta_admission(*ours, **on_device),
-                run=lambda out=ours, kw=on_device: decoding_sched_meta(*out, **kw),
-                reference=lambda b=b, parts=parts, kw=config: tuple(
-                    t.to(device)
-                    for t in reference_sched_meta(batch_size=b, num_sm_parts=parts, **kw)
-                ),
-                mismatches=bit_mismatches,
-                baseline=(
-                    (lambda out=before, kw=on_device: baseline_decoding_sched_meta(*out, **kw))
-                    if on_gpu
-                    else None
-                ),
-            )
-        )
-    return cases

@@ -2,11 +2,12 @@
 
 Every DeepSeek-V4(.1) sublayer turns its four residual streams ``x [m, 4H]`` (bf16) into
 ``(pre [m, 4], post [m, 4], comb [m, 4, 4])`` through a projection by ``fn [24, 4H]`` (fp32)
-(``specs.md`` C.3). A plain fp32 GEMM is slow on tensor-core hardware and single-pass TF32,
+(docs/specs.md C.3). A plain fp32 GEMM is slow on tensor-core hardware and single-pass TF32,
 what upstream runs, reads ``fn`` truncated to 11 significant bits (relative error ~2e-4).
 Here ``fn`` is split once into its TF32 part and the exact residual, ``fn = hi + lo``
-(:func:`split_tf32`); two tensor-core products ``x·hi + x·lo`` lose nothing on the
-activation side (bf16 is exact in TF32) and carry ``fn`` to about 22 bits (C.7).
+(:func:`dsv41_kernels.ops.mhc.hc_derived_weights.split_tf32`); two tensor-core products
+``x·hi + x·lo`` lose nothing on the activation side (bf16 is exact in TF32) and carry ``fn`` to
+about 22 bits (C.7).
 
 Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 
@@ -14,7 +15,7 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
   reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
   the gates and the 20-iteration Sinkhorn. On sm_80+ with a CUDA toolchain the projection is
-  the CUDA kernel ``sgl-kernel/csrc/hc_mix_partials.cu`` (cp.async pipeline into shared
+  the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared
   memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s where the Triton
   projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2); elsewhere Triton.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
@@ -22,217 +23,75 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
 - ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
   count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch.
-- ``single_pass_tf32`` (asked for; never chosen): upstream's uncompensated numerics, kept to
-  measure what the compensation buys.
+
+The kernels and their launch shapes are in :mod:`.hc_mix_stats_kernels`; the admission's
+``kernel`` names the path and the projection's kernel, e.g. ``"compensated/cuda"``.
 
 Exactness claim: no path is bitwise equal to an fp32 SGEMM (tensor-core accumulation order is
 not sequential, C.7). Against a float64 reference the mix values stay within
-``MIX_RTOL = 5e-6`` (max error over max magnitude) and the gates within
-:func:`stats_tolerances`; each path is deterministic and ``batch_invariant`` is bitwise
-independent of batch size and row position.
+``MIX_RTOL = 5e-6`` (max error over max magnitude) and the gates within the tolerances that
+implies (:func:`dsv41_kernels.cases.hc_mix_stats.stats_tolerances`); each path is deterministic
+and ``batch_invariant`` is bitwise independent of batch size and row position.
 
-Derived weights: :class:`HcDerivedWeights` holds the split of one sublayer's ``fn``, made once at
-load. While it is active the weights must not be updated in place (the split, and CUDA graphs
-captured with it, would keep serving the old ``fn``); its guard refuses such updates before
-anything is written and names the fix, ``release()``.
+Derived weights: :class:`~dsv41_kernels.ops.mhc.hc_derived_weights.HcDerivedWeights` holds the
+split of one sublayer's ``fn``, made once at load (the compensated paths split a bare ``fn`` on
+every call).
 """
 
 from __future__ import annotations
 
-import functools
-from dataclasses import dataclass
-
 import torch
-import triton
-import triton.language as tl
 
-from dsv41_kernels.admission import (
-    Admission,
-    admit,
-    check_tensor,
-    refuse,
-    triton_device,
-    triton_interpreter,
+from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split
+from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
+    SplitKConfig,
+    check_config,
+    cuda_kernel_fits,
+    launch,
+    num_sms,
+    split_k_config,
 )
-from dsv41_kernels.check import CheckCase
-from dsv41_kernels.jit import load_module, sm_major, toolchain_available
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
-from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
 
-MODES = ("auto", "compensated", "small_row", "batch_invariant", "single_pass_tf32")
+MODES = ("auto", "compensated", "small_row", "batch_invariant")
 COMPENSATED_MIN_ROWS = 128
 """``auto`` takes the compensated path from this many rows; below, the small-row path."""
 MIX_RTOL = 5e-6
-"""Bound on ``max|mix - ref| / max|ref|`` against the float64 reference (issue 4)."""
-
-TF32_DROPPED_BITS = 13
-"""fp32 has 23 explicit mantissa bits, TF32 10; the tensor core ignores the low 13 (C.7)."""
-_TF32_MASK = -(1 << TF32_DROPPED_BITS)  # 0xFFFFE000 as int32
-_PACKED_COLUMNS = 64  # [hi (24) | 0 (8) | lo (24) | 0 (8)]: one tl.dot N tile
-_LO_COLUMN = 32
-_GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
-_MAX_SPLITS = 256
-_FINISH_TILE = 128
-"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
-at 4 warps, so a step's loads are all in flight at once without spilling."""
-_FINISH_WARPS = 4
-_PREFETCH_STEPS = 4
-"""How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
-_INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
-_STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
-_MIX = tl.constexpr(HC_MIX)
-_GATE_N = tl.constexpr(_GATE_COLUMNS)
+"""Bound on ``max|mix - ref| / max|ref|`` against the float64 reference, stated for every path
+(the GPU tests also hold the compensated path ten times below single-pass TF32)."""
+CUDA = "cuda"
+TRITON = "triton"
+"""The projection's kernel, the second half of an admission's ``kernel`` name."""
 
 
-def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split fp32 ``w`` into ``(hi, lo)`` with ``hi + lo == w`` bitwise.
-
-    Rule: **truncation**. ``hi`` is ``w`` with its low 13 mantissa bits cleared, i.e. exactly
-    what a TF32 tensor core reads from the raw fp32 value (round toward zero, C.7), so a pass
-    over ``hi`` alone reproduces single-pass TF32. ``lo = w - hi`` is exact in fp32 (same
-    sign and exponent range, Sterbenz) and carries ``w``'s sign, so ``-0.0`` splits into
-    ``(-0.0, -0.0)`` and the sum keeps the sign of zero. Subnormals split like any other
-    value. Non-finite values are not split: ``hi = w`` (NaN payload kept) and ``lo = ±0``.
-    The tensor core truncates ``lo`` again to its top 11 bits, so ``x·hi + x·lo`` carries
-    about 22 of ``w``'s 24 significant bits.
-    """
-    check_tensor("w", w, dtypes=(torch.float32,))
-    truncated = (w.view(torch.int32) & _TF32_MASK).view(torch.float32)
-    finite = torch.isfinite(w)
-    hi = torch.where(finite, truncated, w)
-    lo = torch.copysign(torch.where(finite, w - hi, torch.zeros_like(w)), w)
-    return hi, lo
+def _validate_inputs(x, weights, mode) -> None:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16, torch.float32))
+    if x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != HC_MULT):
+        raise ValueError(f"x must be [m, 4H] or [m, 4, H], got shape {tuple(x.shape)}")
+    k = x.flatten(1).shape[1]
+    fn = weights.fn if isinstance(weights, HcDerivedWeights) else weights
+    check_tensor("weights", fn, dtypes=(torch.float32,), ndim=2)
+    if fn.shape != (HC_MIX, k):
+        raise ValueError(f"weights must be [{HC_MIX}, {k}], got {tuple(fn.shape)}")
+    if fn.device != x.device:
+        raise ValueError(f"weights is on {fn.device}, x on {x.device}")
 
 
-def _pack_split(fn: torch.Tensor) -> torch.Tensor:
-    """``[64, K]``: rows 0-23 ``hi``, rows 32-55 ``lo``, zero elsewhere (one 64-wide N tile)."""
-    hi, lo = split_tf32(fn.detach())
-    packed = fn.new_zeros((_PACKED_COLUMNS, fn.shape[1]))
-    packed[:HC_MIX] = hi
-    packed[_LO_COLUMN : _LO_COLUMN + HC_MIX] = lo
-    return packed
-
-
-class DerivedWeightsActiveError(RuntimeError):
-    """An in-place update of ``fn`` was attempted while its derived (hi, lo) split is active."""
-
-
-class HcDerivedWeights:
-    """One sublayer's ``fn [24, 4H]`` and its TF32 split, built once at load.
-
-    ``packed`` (``[64, 4H]`` fp32: ``hi`` rows 0-23, ``lo`` rows 32-55) is what the compensated
-    kernels read; ``hi``/``lo`` are views of it and ``fn`` is kept, readable and unchanged.
-
-    Update guard, for online weight updaters (SGLang's ``weight_updater`` asks every module for
-    ``_derived_weight_cache_error`` before writing anything):
-
-    - ``HcDerivedWeights(fn, owner=module)`` publishes the refusal as
-      ``module._derived_weight_cache_error`` while active, and clears it on :meth:`release`;
-    - :meth:`refuse_update_reason` ``(model)`` returns the refusal (or ``None``) for a whole
-      module tree, for a hook that checks before loading;
-    - :meth:`assert_updatable` raises :class:`DerivedWeightsActiveError` naming the fix;
-      :meth:`update_` is the guarded in-place update (it checks before writing);
-    - :meth:`release` drops the split and allows updates; build a new holder afterwards.
-
-    In-place writes that bypass the guard through ``fn`` itself are caught at the next
-    :func:`hc_mix_stats` call (``fn``'s version counter moved); writes through ``fn.data``
-    or CUDA-graph replays cannot be seen, which is why the guard exists.
-    """
-
-    def __init__(self, fn: torch.Tensor, *, name: str = "fn", owner: object | None = None):
-        check_tensor("fn", fn, dtypes=(torch.float32,), ndim=2)
-        if fn.shape[0] != HC_MIX:
-            raise ValueError(f"fn must have {HC_MIX} rows, got shape {tuple(fn.shape)}")
-        self.fn = fn
-        self.name = name
-        self.packed: torch.Tensor | None = _pack_split(fn)
-        self._fn_version = fn._version
-        self._owner = owner
-        if owner is not None:
-            holders = getattr(owner, "_hc_derived_weights", None)
-            if holders is None:
-                holders = []
-                owner._hc_derived_weights = holders
-            holders.append(self)
-            _publish_refusal(owner)
-
-    @property
-    def active(self) -> bool:
-        return self.packed is not None
-
-    @property
-    def hi(self) -> torch.Tensor:
-        return self._require_active()[:HC_MIX]
-
-    @property
-    def lo(self) -> torch.Tensor:
-        return self._require_active()[_LO_COLUMN : _LO_COLUMN + HC_MIX]
-
-    def update_refusal(self) -> str | None:
-        """Why ``fn`` may not be updated in place now, or ``None``."""
-        if not self.active:
-            return None
-        return (
-            f"online update of mHC weight {self.name!r} refused: its compensated-TF32 split "
-            "(hi, lo) is active and an in-place write would leave it, and any CUDA graph "
-            "captured with it, serving the old weights; call HcDerivedWeights.release() "
-            "before updating, then build a new HcDerivedWeights(fn)"
-        )
-
-    def assert_updatable(self) -> None:
-        reason = self.update_refusal()
-        if reason is not None:
-            raise DerivedWeightsActiveError(reason)
-
-    def update_(self, values: torch.Tensor) -> None:
-        """Copy ``values`` into ``fn``; refused (nothing written) while the split is active."""
-        self.assert_updatable()
-        if values.shape != self.fn.shape:
-            raise ValueError(
-                f"values must have shape {tuple(self.fn.shape)}, got {tuple(values.shape)}"
-            )
-        with torch.no_grad():
-            self.fn.copy_(values)
-
-    def release(self) -> None:
-        """Drop the split; in-place updates of ``fn`` are allowed again."""
-        self.packed = None
-        if self._owner is not None:
-            _publish_refusal(self._owner)
-
-    @staticmethod
-    def refuse_update_reason(module: object) -> str | None:
-        """The first active holder's refusal in ``module`` (an ``nn.Module`` tree), or ``None``."""
-        modules = module.modules() if hasattr(module, "modules") else [module]
-        for mod in modules:
-            for value in vars(mod).values():
-                holders = value if isinstance(value, list) else [value]
-                for holder in holders:
-                    if isinstance(holder, HcDerivedWeights) and holder.active:
-                        return holder.update_refusal()
-        return None
-
-    def _require_active(self) -> torch.Tensor:
-        if self.packed is None:
-            raise ValueError(
-                f"weights: the HcDerivedWeights of {self.name!r} was released; "
-                "build a new HcDerivedWeights(fn) (or pass fn)"
-            )
-        if self.fn._version != self._fn_version:
-            raise RuntimeError(
-                f"weights: {self.name!r} was modified in place after its split was built; "
-                "call release(), update, and build a new HcDerivedWeights(fn)"
-            )
-        return self.packed
-
-
-def _publish_refusal(owner: object) -> None:
-    reasons = [h.update_refusal() for h in owner._hc_derived_weights if h.active]
-    owner._derived_weight_cache_error = reasons[0] if reasons else None
-
-
-# --------------------------------------------------------------------------------------------
-# Admission and launch shapes
+def _validate(x, weights, mode, scale, base, iters) -> None:
+    """Raise ValueError naming the argument."""
+    _validate_inputs(x, weights, mode)
+    check_tensor("scale", scale, dtypes=(torch.float32,))
+    check_tensor("base", base, dtypes=(torch.float32,))
+    if scale.numel() != 3 or base.numel() != HC_MIX:
+        raise ValueError(f"scale must have 3 and base {HC_MIX} elements")
+    for name, t in (("scale", scale), ("base", base)):
+        if t.device != x.device:
+            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
 
 
 def _path(rows: int, mode: str) -> tuple[str, str]:
@@ -243,457 +102,31 @@ def _path(rows: int, mode: str) -> tuple[str, str]:
     return "small_row", f"{rows} rows < {COMPENSATED_MIN_ROWS}"
 
 
-def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admission:
-    """Whether the Triton kernels run, and which path (the reason starts with its name).
-
-    Pure: reads shapes, dtypes and devices only."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
     where = triton_device(x)
     if not where:
         return where
     if x.dtype != torch.bfloat16:
         return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
     path, why = _path(x.shape[0], mode)
+    projection = TRITON
     if path in ("compensated", "batch_invariant"):
-        if uses_cuda_projection(x.flatten(1)):
+        if cuda_kernel_fits(x.flatten(1)):
+            projection = CUDA
             why += ", CUDA mma.sync projection"
-        if not isinstance(weights, HcDerivedWeights):
+        if not derived:
             why += ", fn split on every call (pass HcDerivedWeights)"
-    return admit(f"{path}: {why} ({where.reason})")
+    return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})")
 
 
-CUDA_ROWS_PER_CTA = 128
-"""Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_partials.cu``)."""
-
-
-def uses_cuda_projection(x2d: torch.Tensor) -> bool:
-    """The compensated paths' projection runs the CUDA kernel (cp.async pipeline, TF32
-    mma.sync) instead of the Triton one: sm_80+, a CUDA toolchain, ``K % 64 == 0`` and
-    16-byte aligned rows of stride 1. Pure: shapes, strides, alignment and the device."""
-    return (
-        x2d.is_cuda
-        and x2d.dtype == torch.bfloat16
-        and x2d.shape[1] % 64 == 0
-        and x2d.stride(1) == 1
-        and x2d.data_ptr() % 16 == 0
-        and (x2d.stride(0) * 2) % 16 == 0
-        and sm_major(x2d.device.index or 0) >= 8
-        and toolchain_available()
-    )
-
-
-@dataclass(frozen=True)
-class SplitKConfig:
-    """Launch shape of the split-K projection and of its finisher."""
-
-    block_m: int  # rows per projection program (tl.dot M tile)
-    block_k: int  # K elements per pipelined step
-    splits: int  # K slices (grid axis 1), each with its own partial
-    num_warps: int
-    num_stages: int
-    finish_rows: int  # rows per finisher program
-
-
-def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = False) -> SplitKConfig:
-    """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
-
-    ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
-    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 4096 rows -> 32 tiles x
-    8 slices; 16384 -> 128 x 2); only ``splits`` and ``finish_rows`` apply to it.
-
-    The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
-    copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
-    ``compensated`` 4096 rows -> 64 tiles x 2 slices; 1024 -> 16 x 8; 128 -> 2 x 66;
-    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of 160. Slice length no longer bounds
-    the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
-    """
-    if path == "batch_invariant":
-        return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
-    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
-    if cuda and path == "compensated":
-        fill = 2 * num_sms // max(1, triton.cdiv(m, CUDA_ROWS_PER_CTA))
-        splits = max(1, min(fill, 128, k // 64))
-        return SplitKConfig(CUDA_ROWS_PER_CTA, 64, splits, 8, 4, finish_rows)
-    block_k = 64
-    if path == "small_row":  # small tiles, two programs per SM
-        block_m = min(max(triton.next_power_of_2(m), 16), 64)
-        fill = 2 * num_sms // max(1, triton.cdiv(m, block_m))
-        splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-        return SplitKConfig(block_m, block_k, splits, 4, 3, finish_rows)
-    fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
-    splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-    return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
-
-
-@functools.cache
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
-# --------------------------------------------------------------------------------------------
-# Kernels
-
-
-@triton.jit(do_not_specialize=["m", "zero"])
-def _mix_partials_kernel(
-    x_ptr,
-    w_ptr,
-    part_ptr,  # fp32 [S, m, BLOCK_N]
-    sqsum_ptr,  # fp32 [S, m]
-    m,
-    K,
-    w_rows,
-    stride_xm,
-    stride_xk,
-    stride_wn,
-    stride_wk,
-    zero,  # 0.0 at run time: see the fresh accumulator below
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr,
-    PRECISION: tl.constexpr,
-    PREFETCH: tl.constexpr,
-):
-    """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``.
-
-    Slice ``s`` of ``S`` takes ``nb // S + (s < nb % S)`` K blocks (``nb`` blocks in all) in
-    order; ``m`` is not specialised, so every batch size runs the same code."""
-    split = tl.program_id(1)
-    splits = tl.num_programs(1)
-    n_blocks = tl.cdiv(K, BLOCK_K)
-    first = split * (n_blocks // splits) + tl.minimum(split, n_blocks % splits)
-    count = n_blocks // splits + (split < n_blocks % splits).to(tl.int32)
-
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    row_ok = rows < m
-    cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < w_rows
-    ks = first * BLOCK_K + tl.arange(0, BLOCK_K)
-    x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :] * stride_xk
-    w_ptrs = w_ptr + cols[None, :] * stride_wn + ks[:, None] * stride_wk
-
-    # x is read through registers (it is converted to fp32 for the TF32 MMA), which Triton's
-    # pipeliner does not prefetch: the next tile's load is issued by hand before this tile's
-    # MMA, so one DRAM latency overlaps each step instead of adding to it.
-    x_mask = rows[:, None] < tl.where(count > 0, m, 0)
-    if not EVEN_K:
-        x_mask = x_mask & (ks < K)[None, :]
-    x = tl.load(x_ptrs, mask=x_mask, other=0.0)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    sqsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
-    if PREFETCH > 0:  # one address per 128-byte line of each row's tile
-        line_ptrs = (
-            x_ptr
-            + rows.to(tl.int64)[:, None] * stride_xm
-            + ((first + PREFETCH) * BLOCK_K + tl.arange(0, BLOCK_K // 64) * 64)[None, :] * stride_xk
-        )
-    for step in range(count):
-        if PREFETCH > 0:
-            # Register prefetch holds one tile in flight; an L2 prefetch PREFETCH steps ahead
-            # keeps more of the slice moving without registers (x is read exactly once).
-            ahead = rows[:, None] < tl.where(step + PREFETCH < count, m, 0)
-            tl.inline_asm_elementwise(
-                "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
-                "mov.u32 $0, 0; }",
-                "=r,l,r",
-                [line_ptrs, ahead.to(tl.int32)],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-            line_ptrs += BLOCK_K * stride_xk
-        x_mask = rows[:, None] < tl.where(step + 1 < count, m, 0)
-        if EVEN_K:
-            w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
-        else:
-            k_ok = ks + step * BLOCK_K < K
-            w = tl.load(w_ptrs, mask=col_ok[None, :] & k_ok[:, None], other=0.0)
-            x_mask = x_mask & (ks + (step + 1) * BLOCK_K < K)[None, :]
-        x_next = tl.load(x_ptrs + BLOCK_K * stride_xk, mask=x_mask, other=0.0)
-        xf = x.to(tl.float32)  # bf16 -> fp32 is exact, and exact in TF32
-        sqsum += tl.sum(xf * xf, axis=1)
-        # A fresh accumulator per step, added with an IEEE fp32 add: the tensor core's own
-        # accumulation is not round-to-nearest and drifts over a long K (~1e-5 at 5120). The
-        # run-time zero keeps Triton from folding the add back into the MMA (it does so for a
-        # constant zero), so each MMA chain is BLOCK_K products.
-        fresh = tl.full((BLOCK_M, BLOCK_N), zero, tl.float32)
-        acc = acc + tl.dot(xf, w, fresh, input_precision=PRECISION)
-        x = x_next
-        x_ptrs += BLOCK_K * stride_xk
-        w_ptrs += BLOCK_K * stride_wk
-
-    out = split.to(tl.int64) * m + rows
-    tl.store(part_ptr + out[:, None] * BLOCK_N + cols[None, :], acc, mask=row_ok[:, None])
-    tl.store(sqsum_ptr + out, sqsum, mask=row_ok)
-
-
-@triton.jit
-def _div(a, b):
-    """IEEE ``a / b`` as torch divides (Triton's fp32 ``/`` may be approximate); ``b`` is
-    broadcast to ``a``'s shape (it may be a scalar)."""
-    return tl.math.div_rn(a, tl.zeros_like(a) + b)
-
-
-@triton.jit
-def _sigmoid(z):
-    return _div(tl.zeros_like(z) + 1.0, 1.0 + tl.exp(-z))
-
-
-@triton.jit(do_not_specialize=["m", "splits"])
-def _mix_finish_kernel(
-    part_ptr,  # fp32 [S, m, PART_N]
-    sqsum_ptr,  # fp32 [S, m]
-    scale_ptr,  # fp32 [3]
-    base_ptr,  # fp32 [24]
-    pre_ptr,  # fp32 [m, 4]
-    post_ptr,  # fp32 [m, 4]
-    comb_ptr,  # fp32 [m, 4, 4]
-    mix_ptr,  # fp32 [m, 24]: written here, then read back in the gates' shapes
-    m,
-    splits,
-    k_float,
-    rms_eps,
-    eps,
-    post_mult,
-    PART_N: tl.constexpr,
-    COMPENSATED: tl.constexpr,
-    LO_COLUMN: tl.constexpr,
-    ITERS: tl.constexpr,
-    FAST_RCP: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-):
-    """Per row: reduce the slices, ``mix = g·rsqrt(Σx²/K + rms_eps)``, the gates and Sinkhorn
-    (``specs.md`` C.3; IEEE divisions except in Sinkhorn, see below).
-
-    The slices are summed ``BLOCK_S`` at a time, chunk after chunk: for a given launch shape
-    every row sees the same order wherever it sits. Each (slice, row) is one contiguous run of
-    columns, so the loads are coalesced; the 24 mix values then go through ``mix`` in global
-    memory (one barrier) and come back one ``[R]`` vector each, so the gates and Sinkhorn work
-    on a row's values inside its own thread."""
-    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    row_ok = rows < m
-    cols = tl.arange(0, _GATE_N)
-    # Chunks of BLOCK_S slices are added elementwise, then the slice axis is summed once: no
-    # reduction (and no barrier) inside the loop, and its loads do not wait on one.
-    sq_acc = tl.zeros((BLOCK_S, BLOCK_R), tl.float32)
-    acc = tl.zeros((BLOCK_S, BLOCK_R, _GATE_N), tl.float32)
-    for first in range(0, splits, BLOCK_S):
-        s = first + tl.arange(0, BLOCK_S)
-        ok = (s < splits)[:, None] & row_ok[None, :]  # [S, R]
-        at = s.to(tl.int64)[:, None] * m + rows[None, :]
-        ptrs = part_ptr + at[:, :, None] * PART_N + cols[None, None, :]  # [S, R, 32]
-        sq = tl.load(sqsum_ptr + at, mask=ok, other=0.0)
-        part = tl.load(ptrs, mask=ok[:, :, None], other=0.0)
-        if COMPENSATED:  # the slice's x·lo next to its x·hi (lo is ~2^-11 of hi)
-            part += tl.load(ptrs + LO_COLUMN, mask=ok[:, :, None], other=0.0)
-        sq_acc += sq
-        acc += part
-    rms = tl.math.rsqrt(_div(tl.sum(sq_acc, axis=0), k_float) + rms_eps)
-    mix = tl.sum(acc, axis=0) * rms[:, None]
-    mix_rows = mix_ptr + rows.to(tl.int64) * _MIX
-    tl.store(mix_rows[:, None] + cols[None, :], mix, mask=row_ok[:, None] & (cols < _MIX)[None, :])
-    tl.debug_barrier()  # the CTA's own global writes are visible to all its threads after it
-
-    # From here every value is its own [R] vector (one element a row), so the gates and the
-    # 40 Sinkhorn normalisations run in each row's thread without any cross-lane reduction
-    # (a [R, 4, 4] tile needs two shuffle rounds per normalisation, ~2 µs over 20 rounds).
-    # Lanes beyond R repeat the work, so the program has 4 warps (one per SM sub-partition):
-    # at 8 warps the repeats share issue slots and double the time.
-    pre0, pre1, pre2, pre3 = _gates4(mix_rows, 0, row_ok, scale_ptr, base_ptr, eps, 1.0)
-    post0, post1, post2, post3 = _gates4(
-        mix_rows, 4, row_ok, scale_ptr + 1, base_ptr, 0.0, post_mult
-    )
-    c00, c01, c02, c03 = _row_softmax(mix_rows, 8, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
-    c10, c11, c12, c13 = _row_softmax(mix_rows, 12, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
-    c20, c21, c22, c23 = _row_softmax(mix_rows, 16, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
-    c30, c31, c32, c33 = _row_softmax(mix_rows, 20, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
-    # Sinkhorn: the row softmax + eps above, a column step, then ITERS - 1 rounds of rows,
-    # columns (specs.md C.3). Its 40 normalisations are one dependent chain, so each
-    # multiplies by an approximate reciprocal (1.5 ulp; the drift stays far inside the comb
-    # tolerance) rather than dividing with div.rn.
-    c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
-    c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
-    c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
-    c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
-    for _ in range(ITERS - 1):
-        c00, c01, c02, c03 = _normalize4(c00, c01, c02, c03, eps, FAST_RCP)
-        c10, c11, c12, c13 = _normalize4(c10, c11, c12, c13, eps, FAST_RCP)
-        c20, c21, c22, c23 = _normalize4(c20, c21, c22, c23, eps, FAST_RCP)
-        c30, c31, c32, c33 = _normalize4(c30, c31, c32, c33, eps, FAST_RCP)
-        c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
-        c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
-        c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
-        c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
-
-    at = rows.to(tl.int64) * _STREAMS
-    _store4(pre_ptr + at, pre0, pre1, pre2, pre3, row_ok)
-    _store4(post_ptr + at, post0, post1, post2, post3, row_ok)
-    at = rows.to(tl.int64) * (_STREAMS * _STREAMS)
-    _store4(comb_ptr + at, c00, c01, c02, c03, row_ok)
-    _store4(comb_ptr + at + 4, c10, c11, c12, c13, row_ok)
-    _store4(comb_ptr + at + 8, c20, c21, c22, c23, row_ok)
-    _store4(comb_ptr + at + 12, c30, c31, c32, c33, row_ok)
-
-
-@triton.jit
-def _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr):
-    """``mix[:, first + j] · scale + base[first + j]`` for j < 4, as four [R] vectors."""
-    scale = tl.load(scale_ptr)
-    a = tl.load(mix_rows + first, mask=row_ok, other=0.0) * scale + tl.load(base_ptr + first)
-    b = tl.load(mix_rows + first + 1, mask=row_ok, other=0.0) * scale + tl.load(
-        base_ptr + first + 1
-    )
-    c = tl.load(mix_rows + first + 2, mask=row_ok, other=0.0) * scale + tl.load(
-        base_ptr + first + 2
-    )
-    d = tl.load(mix_rows + first + 3, mask=row_ok, other=0.0) * scale + tl.load(
-        base_ptr + first + 3
-    )
-    return a, b, c, d
-
-
-@triton.jit
-def _gates4(mix_rows, first, row_ok, scale_ptr, base_ptr, add, mult):
-    """``σ(logit)·mult + add`` of the four gates from column ``first``."""
-    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
-    return (
-        _sigmoid(a) * mult + add,
-        _sigmoid(b) * mult + add,
-        _sigmoid(c) * mult + add,
-        _sigmoid(d) * mult + add,
-    )
-
-
-@triton.jit
-def _reciprocal(v, FAST_RCP: tl.constexpr):
-    """``1 / v``: one ``MUFU.RCP`` (1 ulp) on the GPU, where ``/`` costs seven instructions
-    and Sinkhorn's divisions are the finisher's critical path; ``/`` in the interpreter.
-    ``.ftz`` drops the subnormal handling (six more instructions): every ``v`` here is a sum
-    that is at least ``eps`` (or 1, in the softmax), far above the subnormals."""
-    if FAST_RCP:
-        return tl.inline_asm_elementwise(
-            "rcp.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True, pack=1
-        )
-    else:
-        return 1.0 / v
-
-
-@triton.jit
-def _row_softmax(mix_rows, first, row_ok, scale_ptr, base_ptr, eps, FAST_RCP: tl.constexpr):
-    """Softmax of one comb row's four logits, plus ``eps`` (Sinkhorn's first half step)."""
-    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
-    top = tl.maximum(tl.maximum(a, b), tl.maximum(c, d))
-    a, b, c, d = tl.exp(a - top), tl.exp(b - top), tl.exp(c - top), tl.exp(d - top)
-    inv = _reciprocal(((a + b) + c) + d, FAST_RCP)
-    return a * inv + eps, b * inv + eps, c * inv + eps, d * inv + eps
-
-
-@triton.jit
-def _normalize4(a, b, c, d, eps, FAST_RCP: tl.constexpr):
-    """``v / (Σv + eps)`` for one comb row or column, as ``v · (1 / (Σv + eps))``."""
-    inv = _reciprocal((((a + b) + c) + d) + eps, FAST_RCP)
-    return a * inv, b * inv, c * inv, d * inv
-
-
-@triton.jit
-def _store4(ptr, a, b, c, d, row_ok):
-    tl.store(ptr, a, mask=row_ok)
-    tl.store(ptr + 1, b, mask=row_ok)
-    tl.store(ptr + 2, c, mask=row_ok)
-    tl.store(ptr + 3, d, mask=row_ok)
-
-
-# --------------------------------------------------------------------------------------------
-# Launcher and public function
-
-
-def _launch_triton_partials(x2d, w, partial, sqsum, *, path, cfg):
-    m, k = x2d.shape
-    _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
-        x2d,
-        w,
-        partial,
-        sqsum,
-        m,
-        k,
-        w.shape[0],
-        x2d.stride(0),
-        x2d.stride(1),
-        w.stride(0),
-        w.stride(1),
-        0.0,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=partial.shape[2],
-        BLOCK_K=cfg.block_k,
-        EVEN_K=k % cfg.block_k == 0,
-        # small_row: TF32x3 on the raw fn (its split made in registers; x's residual is 0).
-        PRECISION="tf32x3" if path == "small_row" else "tf32",
-        PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
-
-
-def _launch(x2d, w, scale, base, *, path, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix):
-    m, k = x2d.shape
-    compensated = path in ("compensated", "batch_invariant")
-    part_n = _PACKED_COLUMNS if compensated else _GATE_COLUMNS
-    device = x2d.device
-    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
-    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
-    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
-    if m == 0:
-        return outputs
-    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
-    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
-    if cuda:
-        load_module("hc_mix_partials", device.index or 0).hc_mix_partials_tf32(
-            x2d, w, partial, sqsum
-        )
-    else:
-        _launch_triton_partials(x2d, w, partial, sqsum, path=path, cfg=cfg)
-    _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
-        partial,
-        sqsum,
-        scale.contiguous(),
-        base.contiguous(),
-        pre,
-        post,
-        comb,
-        mix,
-        m,
-        cfg.splits,
-        float(k),
-        rms_eps,
-        eps,
-        post_mult,
-        PART_N=part_n,
-        COMPENSATED=compensated,
-        LO_COLUMN=_LO_COLUMN,
-        ITERS=iters,
-        FAST_RCP=not triton_interpreter(),
-        BLOCK_S=min(triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)),
-        BLOCK_R=cfg.finish_rows,
-        num_warps=_FINISH_WARPS,
-    )
-    return outputs
-
-
-def _check_config(cfg: SplitKConfig) -> None:
-    pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
-    if not (cfg.block_m in (16, 32, 64, 128) and pow2(cfg.block_k, 16)):
-        raise ValueError(
-            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
-        )
-    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
-        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")
+def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admission:
+    """Whether the kernels run, which path and which projection kernel (the reason starts with
+    the path's name). Pure: reads shapes, dtypes and devices only."""
+    try:
+        _validate_inputs(x, weights, mode)
+    except ValueError as e:
+        return invalid(e)
+    return _plan(x, isinstance(weights, HcDerivedWeights), mode)
 
 
 def hc_mix_stats(
@@ -709,6 +142,7 @@ def hc_mix_stats(
     mode: str = "auto",
     return_mix: bool = False,
     config: SplitKConfig | None = None,
+    admission: Admission | None = None,
 ):
     """mHC statistics of ``x``: ``(pre [m, 4], post [m, 4], comb [m, 4, 4])``, all fp32.
 
@@ -719,52 +153,39 @@ def hc_mix_stats(
         scale: ``[3]`` fp32 (pre, post, comb). base: ``[24]`` fp32.
         iters, rms_eps, eps, post_mult: V4's 20, 1e-6, 1e-6, 2.0.
         mode: ``"auto"`` (compensated from 128 rows, small-row below), ``"compensated"``,
-            ``"small_row"``, ``"batch_invariant"`` or ``"single_pass_tf32"`` (see the module).
+            ``"small_row"`` or ``"batch_invariant"`` (see the module).
         return_mix: also return ``mix [m, 24]`` fp32, the projection times the RMS factor.
         config: a :class:`SplitKConfig` overriding the launch shape (tuning); in
             ``batch_invariant`` mode invariance holds among calls that use the same one.
+        admission: this call's :func:`hc_mix_stats_admission`, when the caller already made it.
 
     Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.
     """
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16, torch.float32))
-    if x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != HC_MULT):
-        raise ValueError(f"x must be [m, 4H] or [m, 4, H], got shape {tuple(x.shape)}")
+    _validate(x, weights, mode, scale, base, iters)
     x2d = x.flatten(1)
     holder = weights if isinstance(weights, HcDerivedWeights) else None
-    fn = check_tensor("weights", holder.fn if holder else weights, dtypes=(torch.float32,), ndim=2)
-    if fn.shape != (HC_MIX, x2d.shape[1]):
-        raise ValueError(f"weights must be [{HC_MIX}, {x2d.shape[1]}], got {tuple(fn.shape)}")
-    check_tensor("scale", scale, dtypes=(torch.float32,))
-    check_tensor("base", base, dtypes=(torch.float32,))
-    if scale.numel() != 3 or base.numel() != HC_MIX:
-        raise ValueError(f"scale must have 3 and base {HC_MIX} elements")
-    for name, t in (("weights", fn), ("scale", scale), ("base", base)):
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
-    if iters < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
-    packed = holder._require_active() if holder else None
-
-    if not hc_mix_stats_admission(x, weights, mode):
+    fn = holder.fn if holder else weights
+    packed = holder.require_active() if holder else None
+    if admission is None:
+        admission = _plan(x, holder is not None, mode)
+    if not admission:
         mix = hc_mix(x2d, fn, rms_eps=rms_eps, dtype=torch.float32)
         stats = hc_gates(mix, scale, base, iters=iters, eps=eps, post_mult=post_mult)
         return (*stats, mix) if return_mix else stats
-    path, _ = _path(x2d.shape[0], mode)
-    if path in ("compensated", "batch_invariant"):
-        w = packed if packed is not None else _pack_split(fn)
-    else:
-        w = fn  # small_row: TF32x3 splits it in registers; single_pass_tf32 reads its TF32 part
-    cuda = path in ("compensated", "batch_invariant") and uses_cuda_projection(x2d)
-    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], _num_sms(x.device), cuda=cuda)
-    _check_config(cfg)
-    return _launch(
+    path, projection = admission.kernel.split("/")
+    numerics = "tf32x3" if path == "small_row" else "compensated"
+    w = fn  # tf32x3 splits fn in registers; the compensated kernels read the packed split
+    if numerics == "compensated":
+        w = packed if packed is not None else pack_split(fn)
+    cuda = projection == CUDA
+    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], num_sms(x.device), cuda=cuda)
+    check_config(cfg)
+    return launch(
         x2d,
         w,
         scale,
         base,
-        path=path,
+        numerics=numerics,
         cuda=cuda,
         cfg=cfg,
         iters=iters,
@@ -773,86 +194,3 @@ def hc_mix_stats(
         post_mult=post_mult,
         return_mix=return_mix,
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Accuracy measures and check cases
-
-
-def mix_relative_error(mix: torch.Tensor, ref: torch.Tensor) -> float:
-    """``max|mix - ref| / max|ref|`` in float64: the projection's error relative to its scale."""
-    ref = ref.double()
-    return ((mix.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-300)).item()
-
-
-def stats_tolerances(mix_ref, scale, *, post_mult=2.0, mix_rtol=MIX_RTOL):
-    """Absolute tolerances ``(mix, pre, post, comb)`` that a mix within ``mix_rtol`` implies.
-
-    From ``δ = mix_rtol·max|mix_ref|``: σ' <= 1/4 gives ``|s0|·δ/4`` for ``pre`` and
-    ``post_mult·|s1|·δ/4`` for ``post``; Sinkhorn moved at most 0.6 per unit of logit in
-    float64 perturbation runs, bounded here by ``2·|s2|·δ``. Each adds fp32 rounding of the
-    gates (measured <= 3e-7; Sinkhorn's 40 steps included)."""
-    delta = mix_rtol * mix_ref.double().abs().max().item()
-    s0, s1, s2 = scale.double().abs().tolist()
-    return (delta, s0 * delta / 4 + 1e-6, post_mult * s1 * delta / 4 + 2e-6, 2 * s2 * delta + 4e-6)
-
-
-def stats_mismatches(ours, ref, scale, *, post_mult=2.0, mix_rtol=MIX_RTOL) -> int:
-    """Elements of ``(pre, post, comb, mix)`` farther from the float64 ``ref`` than tolerated."""
-    mix_tol, pre_tol, post_tol, comb_tol = stats_tolerances(
-        ref[3], scale, post_mult=post_mult, mix_rtol=mix_rtol
-    )
-    bad = 0
-    for a, b, tol in zip(
-        ours, (ref[0], ref[1], ref[2], ref[3]), (pre_tol, post_tol, comb_tol, mix_tol), strict=True
-    ):
-        bad += int(((a.double() - b.double()).abs() > tol).sum().item())
-        bad += int((~torch.isfinite(a)).sum().item())
-    return bad
-
-
-def example_inputs(m: int, hidden: int, *, device, seed: int = 0):
-    """``(x [m, 4·hidden] bf16, fn [24, 4·hidden], scale [3], base [24])`` with mix values of
-    order one and ``fn`` using all 23 mantissa bits (so single-pass TF32 visibly truncates)."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    k = HC_MULT * hidden
-    x = torch.randn(m, k, generator=gen).to(torch.bfloat16)
-    fn = torch.randn(HC_MIX, k, generator=gen) / k**0.5
-    scale = 0.5 + torch.rand(3, generator=gen)
-    base = 0.5 * torch.randn(HC_MIX, generator=gen)
-    return tuple(t.to(device) for t in (x, fn, scale, base))
-
-
-def reference_with_mix(x, fn, scale, base, *, dtype=torch.float64):
-    """Float64 (or fp32) ``(pre, post, comb, mix)`` at V4's defaults."""
-    mix = hc_mix(x.flatten(1), fn, dtype=dtype)
-    return (*hc_gates(mix, scale, base), mix)
-
-
-def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
-    hidden = 40 if small else 5120
-    shapes = (
-        [(5, "auto"), (130, "auto"), (7, "batch_invariant")]
-        if small
-        else [(m, "auto") for m in (1, 6, 64, 128, 1024, 4096, 16384)]
-        + [(6, "batch_invariant"), (4096, "batch_invariant")]
-    )
-    cases = []
-    for m, mode in shapes:
-        x, fn, scale, base = example_inputs(m, hidden, device=device, seed=m)
-        weights = HcDerivedWeights(fn)
-        run = functools.partial(hc_mix_stats, x, weights, scale, base, mode=mode, return_mix=True)
-        cases.append(
-            CheckCase(
-                op="hc_mix_stats",
-                shape=f"m={m} H={hidden} {mode}",
-                admission=hc_mix_stats_admission(x, weights, mode),
-                run=run,
-                reference=functools.partial(reference_with_mix, x, fn, scale, base),
-                mismatches=functools.partial(stats_mismatches, scale=scale),
-                baseline=functools.partial(
-                    reference_mix_stats, x, fn, scale, base, dtype=torch.float32
-                ),
-            )
-        )
-    return cases

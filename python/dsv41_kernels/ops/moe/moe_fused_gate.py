@@ -23,7 +23,8 @@ step is bit-exact, which the CPU tests check.
 
 from __future__ import annotations
 
-import functools
+import dataclasses
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -33,11 +34,11 @@ from dsv41_kernels.admission import (
     Admission,
     admit,
     check_tensor,
+    invalid,
     refuse,
     triton_device,
     triton_interpreter,
 )
-from dsv41_kernels.check import CheckCase
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
@@ -45,58 +46,80 @@ MAX_TOP_K = 16
 """Slots per token the kernel keeps in registers (V4.1 uses 6, +1 with a fused shared slot)."""
 MAX_EXPERTS = 4096
 """Widest expert row the one-program-per-token kernel takes (rank keys allow 65535)."""
-PACKED_RUNNER = "flashinfer_mxfp4"
-"""The only MoE runner in SGLang 0.5.23 that consumes packed ids."""
-MEGAMOE_A2A = "megamoe"
-"""SGLang's ``MoeA2ABackend.MEGAMOE`` value: its all-to-all takes unpacked ids."""
-WEIGHT_ULP_BOUND = 2
-"""Stated distance of the kernel's weights from the reference on a GPU, in fp32 ulp."""
-INTERPRETER_WEIGHT_ULP_BOUND = 8
-"""The same under the Triton interpreter, whose scores may be 1 ulp from torch's CPU ones; a
-score ulp moves the renormalised weights by up to 6 ulp (measured over 1.2 M weights)."""
+TRITON = "triton"
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def emits_packed_ids(
-    *,
-    num_fused_shared_experts: int,
-    expert_location_remapped: bool,
-    a2a_backend: str,
-    simulating_routing: bool,
-    moe_runner_backend: str | None,
-) -> Admission:
-    """Whether the router should also write packed ids: only when nothing rewrites its outputs.
+@dataclass(frozen=True)
+class RouterOptions:
+    """How the selected scores become the routing weights (the reference's keywords)."""
 
-    The packed ids are taken from the router's final ids and weights, so every later rewrite
-    of either (shared-expert rescaling, expert-location remapping, routing simulation) rules
-    them out, as do a MegaMoE all-to-all and a runner that does not read them.
-    """
-    if num_fused_shared_experts:
-        return refuse("fused shared-expert slots are rescaled after the router")
-    if expert_location_remapped:
-        return refuse("expert-location remapping rewrites ids after the router")
-    if a2a_backend == MEGAMOE_A2A:
-        return refuse("MegaMoE all-to-all takes unpacked ids")
-    if simulating_routing:
-        return refuse("routing simulation rewrites ids and weights after the router")
-    if moe_runner_backend != PACKED_RUNNER:
-        return refuse(f"MoE runner {moe_runner_backend!r} does not consume packed ids")
-    return admit(f"{PACKED_RUNNER} consumes packed ids")
+    top_k: int
+    renormalize: bool = True
+    renormalize_eps: float = 1e-20
+    routed_scaling_factor: float = 1.0
+    scale_on_output: bool = False
+    num_shared_slots: int = 0
 
 
-def moe_fused_gate_admission(
-    logits: torch.Tensor,
-    bias: torch.Tensor,
-    *,
-    bias_alt: torch.Tensor | None = None,
-    input_ids: torch.Tensor | None = None,
-    top_k: int,
-    num_token_non_padded: int | torch.Tensor | None = None,
-) -> Admission:
-    """Kernel or fallback, from devices, dtypes and sizes only (arguments already validated)."""
+def _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded) -> None:
+    check_tensor("logits", logits, ndim=2)
+    if not logits.dtype.is_floating_point:
+        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    num_tokens, num_experts = logits.shape
+    biases = [("bias", bias)] + ([("bias_alt", bias_alt)] if bias_alt is not None else [])
+    for name, b in biases:
+        check_tensor(name, b, dtypes=_BIAS_DTYPES, ndim=1)
+        if b.shape[0] != num_experts:
+            raise ValueError(f"{name} has {b.shape[0]} experts, logits {num_experts}")
+    if bias_alt is not None:
+        check_tensor("input_ids", input_ids, dtypes=_INDEX_DTYPES, ndim=1)
+        if input_ids.shape[0] != num_tokens:
+            raise ValueError(f"input_ids has {input_ids.shape[0]} tokens, logits {num_tokens}")
+    if isinstance(num_token_non_padded, torch.Tensor):
+        check_tensor("num_token_non_padded", num_token_non_padded, dtypes=_INDEX_DTYPES)
+        if num_token_non_padded.numel() != 1:
+            raise ValueError(
+                f"num_token_non_padded must hold one count, got shape "
+                f"{tuple(num_token_non_padded.shape)}"
+            )
+    elif num_token_non_padded is not None and not isinstance(num_token_non_padded, int):
+        raise ValueError(
+            f"num_token_non_padded must be an int or a tensor, got "
+            f"{type(num_token_non_padded).__name__}"
+        )
+
+
+def _check_output(name, t, dtype, shape):
+    check_tensor(name, t, dtypes=(dtype,), ndim=2)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
+
+
+def _validate(logits, bias, options: RouterOptions, vision: dict, num_token_non_padded, outputs):
+    """Raise ValueError naming the argument. ``vision``: ``bias_alt``, ``input_ids`` and
+    ``image_token_id``; ``outputs``: ``packed_out``, ``out_weights``, ``out_ids`` (or None)."""
+    bias_alt, input_ids = vision["bias_alt"], vision["input_ids"]
+    _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded)
+    num_tokens, num_experts = logits.shape
+    if bias_alt is not None and vision["image_token_id"] is None:
+        raise ValueError("image_token_id is required with bias_alt")
+    top_k, num_shared_slots = options.top_k, options.num_shared_slots
+    if not 0 <= num_shared_slots < top_k:
+        raise ValueError(f"num_shared_slots must be in [0, top_k), got {num_shared_slots}")
+    if top_k - num_shared_slots > num_experts:
+        raise ValueError(
+            f"top_k {top_k} routes {top_k - num_shared_slots} experts, more than {num_experts}"
+        )
+    for (name, t), dtype in zip(outputs.items(), (torch.int32, torch.float32, torch.int32)):
+        if t is not None:
+            _check_output(name, t, dtype, (num_tokens, top_k))
+
+
+def _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded) -> Admission:
     device = triton_device(logits)
     if not device:
         return device
@@ -112,7 +135,25 @@ def moe_fused_gate_admission(
         return refuse(f"{logits.shape[1]} experts > {MAX_EXPERTS}")
     if top_k > MAX_TOP_K:
         return refuse(f"top_k {top_k} > {MAX_TOP_K}")
-    return admit(device.reason)
+    return admit(TRITON, device.reason)
+
+
+def moe_fused_gate_admission(
+    logits: torch.Tensor,
+    bias: torch.Tensor,
+    *,
+    bias_alt: torch.Tensor | None = None,
+    input_ids: torch.Tensor | None = None,
+    top_k: int,
+    num_token_non_padded: int | torch.Tensor | None = None,
+) -> Admission:
+    """Kernel or fallback, from devices, dtypes and sizes only (never values); the routing
+    options other than ``top_k`` do not change the choice."""
+    try:
+        _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded)
+    except ValueError as e:
+        return invalid(e)
+    return _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
 
 
 _KEY_NONE = tl.constexpr(-(1 << 62))  # below every rank key: lanes past E, chosen experts
@@ -281,25 +322,10 @@ def _num_warps(block_experts: int) -> int:
     return max(1, min(8, block_experts // 512))
 
 
-def _launch(
-    logits,
-    bias,
-    bias_alt,
-    input_ids,
-    image_token_id,
-    valid_rows,
-    out_weights,
-    out_ids,
-    packed_out,
-    *,
-    top_k,
-    num_shared_slots,
-    renormalize,
-    renormalize_eps,
-    routed_scaling_factor,
-    scale_on_output,
-):
+def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outputs: dict):
     num_tokens, num_experts = logits.shape
+    bias_alt, input_ids = vision["bias_alt"], vision["input_ids"]
+    packed_out, out_weights, out_ids = outputs.values()
     valid_from_ptr = isinstance(valid_rows, torch.Tensor)
     block_experts = triton.next_power_of_2(num_experts)
     has_alt = bias_alt is not None
@@ -315,7 +341,7 @@ def _launch(
         bias_alt.stride(0) if has_alt else 0,
         input_ids if has_alt else out_ids,
         input_ids.stride(0) if has_alt else 0,
-        int(image_token_id) if has_alt else 0,
+        int(vision["image_token_id"]) if has_alt else 0,
         valid_rows if valid_from_ptr else out_ids,
         0 if valid_from_ptr else int(valid_rows),
         out_weights,
@@ -327,18 +353,18 @@ def _launch(
         packed,
         packed.stride(0),
         packed.stride(1),
-        float(renormalize_eps),
-        float(routed_scaling_factor),
+        float(options.renormalize_eps),
+        float(options.routed_scaling_factor),
         NUM_EXPERTS=num_experts,
-        TOP_K=top_k,
-        NUM_SHARED=num_shared_slots,
-        RENORMALIZE=bool(renormalize),
-        SCALE_ON_OUTPUT=bool(scale_on_output),
+        TOP_K=options.top_k,
+        NUM_SHARED=options.num_shared_slots,
+        RENORMALIZE=bool(options.renormalize),
+        SCALE_ON_OUTPUT=bool(options.scale_on_output),
         HAS_BIAS_ALT=has_alt,
         VALID_ROWS_FROM_PTR=valid_from_ptr,
         WRITE_PACKED=packed_out is not None,
         BLOCK_E=block_experts,
-        BLOCK_K=triton.next_power_of_2(top_k),
+        BLOCK_K=triton.next_power_of_2(options.top_k),
         num_warps=_num_warps(block_experts),
         **_EXACT_OPTIONS,
     )
@@ -371,68 +397,6 @@ def pack_topk(ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     return packed
 
 
-def _check_output(name, t, dtype, shape):
-    check_tensor(name, t, dtypes=(dtype,), ndim=2)
-    if tuple(t.shape) != shape:
-        raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
-
-
-def _validate(
-    logits,
-    bias,
-    bias_alt,
-    input_ids,
-    image_token_id,
-    top_k,
-    num_shared_slots,
-    num_token_non_padded,
-    packed_out,
-    out_weights,
-    out_ids,
-):
-    check_tensor("logits", logits, ndim=2)
-    if not logits.dtype.is_floating_point:
-        raise ValueError(f"logits must be floating point, got {logits.dtype}")
-    num_tokens, num_experts = logits.shape
-    biases = [("bias", bias)] + ([("bias_alt", bias_alt)] if bias_alt is not None else [])
-    for name, b in biases:
-        check_tensor(name, b, dtypes=_BIAS_DTYPES, ndim=1)
-        if b.shape[0] != num_experts:
-            raise ValueError(f"{name} has {b.shape[0]} experts, logits {num_experts}")
-    if bias_alt is not None:
-        check_tensor("input_ids", input_ids, dtypes=_INDEX_DTYPES, ndim=1)
-        if input_ids.shape[0] != num_tokens:
-            raise ValueError(f"input_ids has {input_ids.shape[0]} tokens, logits {num_tokens}")
-        if image_token_id is None:
-            raise ValueError("image_token_id is required with bias_alt")
-    if not 0 <= num_shared_slots < top_k:
-        raise ValueError(f"num_shared_slots must be in [0, top_k), got {num_shared_slots}")
-    if top_k - num_shared_slots > num_experts:
-        raise ValueError(
-            f"top_k {top_k} routes {top_k - num_shared_slots} experts, more than {num_experts}"
-        )
-    if isinstance(num_token_non_padded, torch.Tensor):
-        check_tensor("num_token_non_padded", num_token_non_padded, dtypes=_INDEX_DTYPES)
-        if num_token_non_padded.numel() != 1:
-            raise ValueError(
-                f"num_token_non_padded must hold one count, got shape "
-                f"{tuple(num_token_non_padded.shape)}"
-            )
-    elif num_token_non_padded is not None and not isinstance(num_token_non_padded, int):
-        raise ValueError(
-            f"num_token_non_padded must be an int or a tensor, got "
-            f"{type(num_token_non_padded).__name__}"
-        )
-    shape = (num_tokens, top_k)
-    for name, t, dtype in (
-        ("packed_out", packed_out, torch.int32),
-        ("out_weights", out_weights, torch.float32),
-        ("out_ids", out_ids, torch.int32),
-    ):
-        if t is not None:
-            _check_output(name, t, dtype, shape)
-
-
 def moe_fused_gate(
     logits: torch.Tensor,
     bias: torch.Tensor,
@@ -450,6 +414,7 @@ def moe_fused_gate(
     packed_out: torch.Tensor | None = None,
     out_weights: torch.Tensor | None = None,
     out_ids: torch.Tensor | None = None,
+    admission: Admission | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Vision-aware top-k routing in one launch; returns ``(topk_weights fp32, topk_ids int32)``.
 
@@ -467,42 +432,26 @@ def moe_fused_gate(
         packed_out: ``[T, top_k]`` int32; when given, the same launch writes
             ``pack_topk(topk_ids, topk_weights)`` into it.
         out_weights, out_ids: ``[T, top_k]`` fp32 / int32 outputs to write (allocated if None).
+        admission: this call's :func:`moe_fused_gate_admission`, when the caller already made it.
     """
-    _validate(
-        logits,
-        bias,
-        bias_alt,
-        input_ids,
-        image_token_id,
-        top_k,
-        num_shared_slots,
-        num_token_non_padded,
-        packed_out,
-        out_weights,
-        out_ids,
-    )
-    num_tokens = logits.shape[0]
-    shape = (num_tokens, top_k)
-    if out_weights is None:
-        out_weights = torch.empty(shape, dtype=torch.float32, device=logits.device)
-    if out_ids is None:
-        out_ids = torch.empty(shape, dtype=torch.int32, device=logits.device)
-    routing = {
-        "top_k": top_k,
-        "renormalize": renormalize,
-        "renormalize_eps": renormalize_eps,
-        "routed_scaling_factor": routed_scaling_factor,
-        "scale_on_output": scale_on_output,
-        "num_shared_slots": num_shared_slots,
-    }
-    admission = moe_fused_gate_admission(
-        logits,
-        bias,
-        bias_alt=bias_alt,
-        input_ids=input_ids,
+    options = RouterOptions(
         top_k=top_k,
-        num_token_non_padded=num_token_non_padded,
+        renormalize=renormalize,
+        renormalize_eps=renormalize_eps,
+        routed_scaling_factor=routed_scaling_factor,
+        scale_on_output=scale_on_output,
+        num_shared_slots=num_shared_slots,
     )
+    vision = {"bias_alt": bias_alt, "input_ids": input_ids, "image_token_id": image_token_id}
+    outputs = {"packed_out": packed_out, "out_weights": out_weights, "out_ids": out_ids}
+    _validate(logits, bias, options, vision, num_token_non_padded, outputs)
+    if admission is None:
+        admission = _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
+    num_tokens = logits.shape[0]
+    if out_weights is None:
+        out_weights = torch.empty((num_tokens, top_k), dtype=torch.float32, device=logits.device)
+    if out_ids is None:
+        out_ids = torch.empty((num_tokens, top_k), dtype=torch.int32, device=logits.device)
     if not admission:
         weights, ids = vision_topk(
             logits,
@@ -511,7 +460,7 @@ def moe_fused_gate(
             input_ids,
             image_token_id=image_token_id,
             num_token_non_padded=num_token_non_padded,
-            **routing,
+            **dataclasses.asdict(options),
         )
         out_weights.copy_(weights)
         out_ids.copy_(ids)
@@ -520,98 +469,6 @@ def moe_fused_gate(
         return out_weights, out_ids
     if num_tokens:
         valid_rows = num_tokens if num_token_non_padded is None else num_token_non_padded
-        _launch(
-            logits,
-            bias,
-            bias_alt,
-            input_ids,
-            image_token_id,
-            valid_rows,
-            out_weights,
-            out_ids,
-            packed_out,
-            **routing,
-        )
+        outputs = {"packed_out": packed_out, "out_weights": out_weights, "out_ids": out_ids}
+        _launch(logits, bias, options, vision, valid_rows, outputs)
     return out_weights, out_ids
-
-
-def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
-    """V4.1 (E 384) and V4 (E 256) routing, top-6, image tokens mixed in, packed output."""
-    image_token_id = 129264
-    shapes = [(6, 64), (3, 384)] if small else [(1, 384), (6, 384), (64, 384), (6, 256)]
-    ulp_bound = WEIGHT_ULP_BOUND if device.type == "cuda" else INTERPRETER_WEIGHT_ULP_BOUND
-    found = []
-    for num_tokens, num_experts in shapes:
-        gen = torch.Generator(device="cpu").manual_seed(num_tokens * 1000 + num_experts)
-        logits = torch.randn(num_tokens, num_experts, generator=gen).to(device, torch.bfloat16)
-        bias = (0.1 * torch.randn(num_experts, generator=gen)).to(device)
-        bias_alt = (0.1 * torch.randn(num_experts, generator=gen)).to(device)
-        input_ids = torch.randint(0, 1000, (num_tokens,), generator=gen)
-        input_ids[::2] = image_token_id
-        input_ids = input_ids.to(device)
-        routing = dict(
-            bias_alt=bias_alt, input_ids=input_ids, image_token_id=image_token_id, top_k=6
-        )
-        outputs = tuple(
-            torch.empty(num_tokens, 6, dtype=dtype, device=device)
-            for dtype in (torch.float32, torch.int32, torch.int32)
-        )
-
-        def run(logits=logits, bias=bias, routing=routing, outputs=outputs):
-            weights, ids, packed = outputs
-            moe_fused_gate(
-                logits, bias, packed_out=packed, out_weights=weights, out_ids=ids, **routing
-            )
-            return outputs
-
-        def reference(logits=logits, bias=bias, routing=routing):
-            weights, ids = vision_topk(
-                logits,
-                bias,
-                routing["bias_alt"],
-                routing["input_ids"],
-                image_token_id=image_token_id,
-                top_k=6,
-            )
-            return weights, ids, pack_topk_reference(ids, weights)
-
-        def baseline(logits=logits, bias=bias, routing=routing, outputs=outputs):
-            weights, ids, _ = outputs
-            moe_fused_gate(logits, bias, out_weights=weights, out_ids=ids, **routing)
-            return pack_topk(ids, weights)
-
-        found.append(
-            CheckCase(
-                op="moe_fused_gate",
-                shape=f"[{num_tokens}, {num_experts}] bf16 top-6 packed",
-                admission=moe_fused_gate_admission(
-                    logits, bias, bias_alt=bias_alt, input_ids=input_ids, top_k=6
-                ),
-                run=run,
-                reference=reference,
-                mismatches=functools.partial(routing_mismatches, ulp_bound=ulp_bound),
-                baseline=baseline,
-            )
-        )
-    return found
-
-
-def fp32_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """|a - b| in fp32 ulp (int64), counted on ordered bit patterns; 0 where both are NaN."""
-
-    def ordered(t):
-        bits = t.float().contiguous().view(torch.int32).to(torch.int64)
-        return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
-
-    distance = (ordered(a) - ordered(b)).abs()
-    return torch.where(torch.isnan(a) & torch.isnan(b), 0, distance)
-
-
-def routing_mismatches(ours, ref, *, ulp_bound: int = WEIGHT_ULP_BOUND) -> int:
-    """Slots whose id differs, whose weight is more than ``ulp_bound`` ulp off, or whose packed
-    word is not ``pack_topk`` of our own outputs; ``ours``/``ref`` are (weights, ids, packed)."""
-    weights, ids, packed = ours
-    ref_weights, ref_ids, _ = ref
-    bad = (ids != ref_ids) | (fp32_ulp_distance(weights, ref_weights) > ulp_bound)
-    bad |= packed != pack_topk_reference(ids, weights)
-    return int(bad.sum().item())

@@ -2,14 +2,13 @@
 
 At BS=1 DSpark verifies ``n = 6`` rows of ``[129280]`` fp32 logits per step; SGLang computes
 ``torch.argmax`` (one block per row, ~27 µs on an H200) and then the accept rule in further
-small launches. Here the multi-block row argmax of
-:mod:`dsv41_kernels.ops.speculative.row_argmax` also applies the rule, so the whole greedy
-accept is one launch with no host sync, and with ``out`` given it allocates nothing, which
-makes it safe inside a captured CUDA graph. Where the row argmax takes its CUDA cluster
-kernel (few rows, sm_90+) the accept does too (``accept_greedy_cluster`` in
-``sgl-kernel/csrc/row_argmax.cu``: each row's leader CTA adds its match bit to a
-per-request ticket and the last one applies the rule, with one ticket round trip and one
-read of the bonus row's slot); elsewhere the Triton kernel's last block applies it.
+small launches. Here the multi-block row argmax (:mod:`.argmax_reduction`) also applies the
+rule, so the whole greedy accept is one launch with no host sync, and with ``out`` given it
+allocates nothing, which makes it safe inside a captured CUDA graph. Where the argmax takes
+its CUDA cluster kernel (few rows, sm_90+) the accept does too (``accept_greedy_cluster`` in
+``sgl-kernel/csrc/row_argmax.cu``: each row's leader CTA adds its match bit to a per-request
+ticket and the last one applies the rule, with one ticket round trip and one read of the bonus
+row's slot); elsewhere the last program of the Triton reduction applies it.
 
 Contract (SGLang 0.5.23 ``dspark_accept.accept_greedy``), bitwise:
 ``predict = torch.argmax(logits, -1).view(bs, n)``; ``correct_len[b]`` counts the leading
@@ -22,73 +21,36 @@ without it ``cap_trim_lens`` is zeros. Outputs: int32, int64, int32, each ``[bs]
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, refuse
-from dsv41_kernels.jit import load_module
-from dsv41_kernels.ops.speculative.row_argmax import (
+from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
+from dsv41_kernels.ops.speculative.argmax_reduction import (
+    CUDA_CLUSTER,
     MAX_ROWS,
-    launch,
-    row_argmax_admission,
-    uses_cluster_kernel,
+    TRITON,
+    LaunchConfig,
+    admit_logits,
+    cuda_module,
+    decode_index,
+    launch_config,
+    reduce_row_chunk,
+    validate_logits,
+    workspace,
 )
 from dsv41_kernels.workspace import device_workspace
 
-MAX_DRAFT_ROWS = 64  # n: the accept epilogue holds [bs, n] in one block's registers
+MAX_DRAFT_ROWS = 64  # n: the Triton epilogue holds [bs, n] in one program's registers
 CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
 INDEX_DTYPES = (torch.int32, torch.int64)
 
 
-def uses_cluster_accept(candidates: torch.Tensor, logits: torch.Tensor) -> bool:
-    """The CUDA cluster kernel applies the rule: the row argmax takes it, and n <= 16."""
-    return candidates.shape[1] <= CLUSTER_MAX_DRAFT_ROWS and uses_cluster_kernel(logits)
-
-
-def accept_greedy_admission(
-    candidates: torch.Tensor, logits: torch.Tensor, cutoff_verify_lens: torch.Tensor | None = None
-) -> Admission:
-    """Whether the one-launch kernel may run; pure (shapes, dtypes, strides, devices)."""
-    rows = row_argmax_admission(logits)
-    if not rows:
-        return rows
-    if candidates.device != logits.device:
-        return refuse("candidates and logits on different devices")
-    if candidates.stride(1) != 1:
-        return refuse("candidates last-dim stride != 1")
-    if candidates.shape[1] > MAX_DRAFT_ROWS:
-        return refuse(f"{candidates.shape[1]} verify rows per request > {MAX_DRAFT_ROWS}")
-    if cutoff_verify_lens is not None and (
-        cutoff_verify_lens.device != logits.device or not cutoff_verify_lens.is_contiguous()
-    ):
-        return refuse("cutoff_verify_lens not contiguous on the logits' device")
-    bs, n = candidates.shape
-    kernel = "cuda cluster" if uses_cluster_accept(candidates, logits) else "Triton"
-    return admit(f"one {kernel} launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
-
-
-def cluster_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CUDA accept's per-device slots (int64 [16 * bs], made as -1) and request tickets
-    (int64 [bs], made as 0): see :func:`dsv41_kernels.workspace.device_workspace` (made before
-    capture, stream-ordered, like the Triton kernel's)."""
-    return device_workspace(
-        "accept_greedy",
-        device,
-        lambda d: (
-            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=d),
-            torch.zeros(MAX_ROWS, dtype=torch.int64, device=d),
-        ),
-    )
-
-
-def _validate(candidates, logits, cutoff_verify_lens, out):
+def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
     check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
-    check_tensor("logits", logits, ndim=2)
-    if not logits.dtype.is_floating_point:
-        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    validate_logits(logits)
     bs, n = candidates.shape
-    if n == 0 or logits.shape[1] == 0:
-        raise ValueError(
-            f"empty rows: candidates {tuple(candidates.shape)}, logits {tuple(logits.shape)}"
-        )
+    if n == 0:
+        raise ValueError(f"candidates has empty rows: {tuple(candidates.shape)}")
     if logits.shape[0] != bs * n:
         raise ValueError(
             f"logits must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), "
@@ -111,6 +73,148 @@ def _validate(candidates, logits, cutoff_verify_lens, out):
             check_tensor(name, t, dtypes=(dtype,), ndim=1)
             if t.shape[0] != bs or t.device != logits.device or not t.is_contiguous():
                 raise ValueError(f"{name} must be contiguous [{bs}] on {logits.device}")
+
+
+def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
+    rows = admit_logits(logits)
+    if not rows:
+        return rows
+    if candidates.device != logits.device:
+        return refuse("candidates and logits on different devices")
+    if candidates.stride(1) != 1:
+        return refuse("candidates last-dim stride != 1")
+    bs, n = candidates.shape
+    if n > MAX_DRAFT_ROWS:
+        return refuse(f"{n} verify rows per request > {MAX_DRAFT_ROWS}")
+    if cutoff_verify_lens is not None and (
+        cutoff_verify_lens.device != logits.device or not cutoff_verify_lens.is_contiguous()
+    ):
+        return refuse("cutoff_verify_lens not contiguous on the logits' device")
+    kernel = CUDA_CLUSTER if rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS else TRITON
+    return admit(kernel, f"one {kernel} launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
+
+
+def accept_greedy_admission(
+    candidates: torch.Tensor,
+    logits: torch.Tensor,
+    cutoff_verify_lens: torch.Tensor | None = None,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+) -> Admission:
+    """Whether the one-launch kernel runs, and which; pure (shapes, dtypes, strides, devices)."""
+    try:
+        _validate(candidates, logits, cutoff_verify_lens, out)
+    except ValueError as e:
+        return invalid(e)
+    return _plan(candidates, logits, cutoff_verify_lens)
+
+
+@triton.jit
+def accept_greedy_kernel(
+    logits_ptr,
+    row_stride,
+    vocab,
+    rows,
+    slots_ptr,
+    ticket_ptr,
+    cand_ptr,  # candidates [bs, n]
+    cand_stride,
+    cutoff_ptr,  # verify lens [bs] (HAS_CUTOFF)
+    correct_ptr,  # int32 [bs]
+    bonus_ptr,  # int64 [bs]
+    trim_ptr,  # int32 [bs]
+    n,  # verify rows per request
+    CHUNK: tl.constexpr,
+    BLOCK: tl.constexpr,
+    BS_BLOCK: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    HAS_CUTOFF: tl.constexpr,
+):
+    """The reduction of :func:`reduce_row_chunk`; the last program applies the accept rule."""
+    if reduce_row_chunk(logits_ptr, row_stride, vocab, slots_ptr, ticket_ptr, CHUNK, BLOCK):
+        b = tl.arange(0, BS_BLOCK)[:, None]
+        k = tl.arange(0, N_BLOCK)[None, :]
+        bs = rows // n
+        here = (b < bs) & (k < n)
+        empty = tl.full([BS_BLOCK, N_BLOCK], -(2**63), tl.int64)
+        predict = decode_index(
+            tl.atomic_xchg(slots_ptr + b * n + k, empty, mask=here, sem="relaxed")
+        )
+        # candidates[b, k + 1] must equal predict[b, k]; position n - 1 always stops.
+        draft = tl.load(cand_ptr + b * cand_stride + k + 1, mask=here & (k < n - 1), other=0)
+        stop = (k >= n - 1) | (draft.to(tl.int64) != predict)
+        correct = tl.min(tl.where(stop, k, N_BLOCK), axis=1)
+        req = tl.arange(0, BS_BLOCK)
+        live = req < bs
+        capped = correct
+        if HAS_CUTOFF:
+            limit = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int32) - 1
+            capped = tl.minimum(correct, limit)
+        tl.store(correct_ptr + req, capped.to(tl.int32), mask=live)
+        tl.store(trim_ptr + req, (correct - capped).to(tl.int32), mask=live)
+        # SGLang reads the bonus with Python indexing: a negative index wraps.
+        take = tl.where(capped < 0, capped + n, capped)
+        bonus = tl.sum(tl.where(k == take[:, None], predict, 0), axis=1)
+        tl.store(bonus_ptr + req, bonus, mask=live)
+        tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
+
+
+def launch_triton(candidates, logits, cutoff_verify_lens, out, config: LaunchConfig | None = None):
+    """The Triton kernel into ``out`` (``config``: a launch shape other than the default)."""
+    rows, vocab = logits.shape
+    bs, n = candidates.shape
+    slots, ticket = workspace(logits.device)
+    config = config or launch_config(rows, vocab)
+    correct, bonus, trim = out
+    has_cutoff = cutoff_verify_lens is not None
+    accept_greedy_kernel[config.grid(rows, vocab)](
+        logits,
+        logits.stride(0),
+        vocab,
+        rows,
+        slots,
+        ticket,
+        candidates,
+        candidates.stride(0),
+        cutoff_verify_lens if has_cutoff else correct,  # never read without a cutoff
+        correct,
+        bonus,
+        trim,
+        n,
+        CHUNK=config.chunk,
+        BLOCK=config.block,
+        BS_BLOCK=triton.next_power_of_2(bs),
+        N_BLOCK=max(2, triton.next_power_of_2(n)),
+        HAS_CUTOFF=has_cutoff,
+        num_warps=config.num_warps,
+    )
+
+
+def cluster_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CUDA accept's per-device slots (int64 [16 * bs], made as -1) and request tickets
+    (int64 [bs], made as 0): see :func:`dsv41_kernels.workspace.device_workspace` (made before
+    capture, stream-ordered, like the Triton kernel's)."""
+    return device_workspace(
+        "accept_greedy",
+        device,
+        lambda d: (
+            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=d),
+            torch.zeros(MAX_ROWS, dtype=torch.int64, device=d),
+        ),
+    )
+
+
+def launch_cuda(candidates, logits, cutoff_verify_lens, out) -> None:
+    slots, tickets = cluster_workspace(logits.device)
+    no_cutoff = tickets[:0]
+    cuda_module(logits.device).accept_greedy_cluster(
+        candidates,
+        logits,
+        no_cutoff if cutoff_verify_lens is None else cutoff_verify_lens,
+        *out,
+        slots,
+        tickets,
+    )
 
 
 def accept_greedy_torch(candidates, logits, cutoff_verify_lens=None, out=None):
@@ -138,65 +242,29 @@ def accept_greedy(
     *,
     cutoff_verify_lens: torch.Tensor | None = None,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    admission: Admission | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(correct_len, bonus, cap_trim_lens)`` for ``candidates [bs, n]`` and ``logits [bs*n, V]``.
 
     ``cutoff_verify_lens`` (int ``[bs]``, optional) caps the accepted length per request
     (each ``>= 1``). ``out``, a preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is
-    written in place.
+    written in place. ``admission``: this call's :func:`accept_greedy_admission`, when the
+    caller already made it.
     """
     _validate(candidates, logits, cutoff_verify_lens, out)
-    if not accept_greedy_admission(candidates, logits, cutoff_verify_lens):
+    if admission is None:
+        admission = _plan(candidates, logits, cutoff_verify_lens)
+    if not admission:
         return accept_greedy_torch(candidates, logits, cutoff_verify_lens, out)
-    bs, n = candidates.shape
     if out is None:
-        dev = logits.device
+        bs, device = candidates.shape[0], logits.device
         out = (
-            torch.empty(bs, dtype=torch.int32, device=dev),
-            torch.empty(bs, dtype=torch.int64, device=dev),
-            torch.empty(bs, dtype=torch.int32, device=dev),
+            torch.empty(bs, dtype=torch.int32, device=device),
+            torch.empty(bs, dtype=torch.int64, device=device),
+            torch.empty(bs, dtype=torch.int32, device=device),
         )
-    if uses_cluster_accept(candidates, logits):
-        slots, tickets = cluster_workspace(logits.device)
-        no_cutoff = tickets[:0]
-        load_module("row_argmax", logits.device.index or 0).accept_greedy_cluster(
-            candidates,
-            logits,
-            no_cutoff if cutoff_verify_lens is None else cutoff_verify_lens,
-            *out,
-            slots,
-            tickets,
-        )
+    if admission.kernel == CUDA_CLUSTER:
+        launch_cuda(candidates, logits, cutoff_verify_lens, out)
     else:
-        launch(logits, candidates=candidates, cutoff=cutoff_verify_lens, accept_out=out, n=n)
+        launch_triton(candidates, logits, cutoff_verify_lens, out)
     return tuple(out)
-
-
-def check_cases(device: torch.device, small: bool) -> list:
-    from dsv41_kernels.check import CheckCase, bit_mismatches
-    from dsv41_kernels.reference.accept import accept_greedy as reference
-
-    bs, n, vocab = (2, 3, 4099) if small else (1, 6, 129280)
-    gen = torch.Generator(device="cpu").manual_seed(7)
-    logits = torch.randn(bs * n, vocab, generator=gen).to(device)
-    predict = torch.argmax(logits, dim=-1).view(bs, n)
-    candidates = torch.zeros(bs, n, dtype=torch.int64, device=device)
-    candidates[:, 1:] = predict[:, :-1]  # accept everything, then reject one position
-    candidates[-1, n // 2] += 1
-    cutoff = torch.full((bs,), max(1, n - 2), dtype=torch.int32, device=device)
-    cases = []
-    for label, cut in (("", None), (" cutoff", cutoff)):
-        cases.append(
-            CheckCase(
-                op="accept_greedy",
-                shape=f"bs {bs} x n {n} x {vocab} fp32{label}",
-                admission=accept_greedy_admission(candidates, logits, cut),
-                run=lambda c=cut: accept_greedy(candidates, logits, cutoff_verify_lens=c),
-                reference=lambda c=cut: tuple(
-                    t.to(device) for t in reference(candidates, logits, cutoff_verify_lens=c)
-                ),
-                mismatches=bit_mismatches,
-                baseline=lambda c=cut: accept_greedy_torch(candidates, logits, c),
-            )
-        )
-    return cases

@@ -1,0 +1,179 @@
+"""mHC combine+RMSNorm then MXFP8 quantization: the two-launch pair vs the fused one-launch form.
+
+DeepSeek-V4.1's hidden size (H = 5120), the decode/verify row counts m = 1, 6, 8, 64, 128
+(DSpark verifies 6 rows per request), preallocated outputs. Arms, op ``hc_combine_norm_mxfp8``:
+``unfused pair`` (``hc_combine_norm`` then ``mxfp8_quantize``, both ours: what the fused form
+replaces), ``ours`` (``hc_combine_norm_mxfp8``: the CUDA cluster kernel on sm_90+) and
+``triton`` (the Triton kernel forced, for comparison); op ``hc_combine_norm``: ``ours``, the
+combine+norm alone. The fused outputs are checked bit-equal to the pair first. Target on the
+H200 at m = 6: fused <= 3.0 us and <= 0.7x the unfused pair.
+    python benchmark/kernels/bench_hc_combine_norm.py --json bench_hc_combine_norm.json
+
+``--sweep`` also times the launch shapes of both kernels at m = 6 and 64: the Triton variants
+(warps per row, hardware bf16 rounding), after checking for each that the fused form equals
+the unfused pair bit for bit, that y is batch-invariant (rows alone and in another order give
+the same bits) and within one bf16 ulp of float64; and the CUDA cluster shapes (CTAs per row x
+threads), after checking fused y == unfused y and the e4m3 bytes against the reference
+quantizer. A sweep record's ``defects`` lists what failed (empty: all checks pass).
+"""
+
+from __future__ import annotations
+
+import torch
+from common import parser, report, timed
+
+from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.cases.hc_combine_norm import (
+    beyond_one_bf16_ulp,
+    example_inputs,
+    mxfp8_outputs,
+    triton_forms,
+)
+from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.mhc.hc_combine_norm import (
+    CUDA_CLUSTER,
+    DEFAULT_VARIANT,
+    TRITON,
+    KernelVariant,
+    hc_combine_norm,
+    hc_combine_norm_admission,
+    hc_combine_norm_mxfp8,
+    run_kernel,
+)
+from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize
+from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
+from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
+
+EPS = 1e-6
+SWEEP_ROWS = (6, 64)
+SWEEP_VARIANTS = [
+    KernelVariant(num_warps, hw_round) for num_warps in (4, 8, 16) for hw_round in (False, True)
+]
+SWEEP_CUDA_SHAPES = [(c, t) for c in (1, 2, 4) for t in (128, 160, 256, 320)]
+
+
+def shape_of(m: int, h: int) -> str:
+    return f"[{m}, 4x{h}] bf16"
+
+
+def measure(m: int, h: int, device) -> list[dict]:
+    x, pre, weight = example_inputs(m, h, device, seed=m)
+    y = torch.empty(m, h, dtype=torch.bfloat16, device=device)
+    fused_out = mxfp8_outputs(m, h, device)
+
+    def pair():
+        return y, mxfp8_quantize(hc_combine_norm(x, pre, weight, EPS, out=y))
+
+    def fused():
+        return hc_combine_norm_mxfp8(x, pre, weight, EPS, out=fused_out)
+
+    def triton():
+        run_kernel(x, pre, weight, EPS, *fused_out, TRITON)
+        return fused_out
+
+    exact = bit_mismatches(fused(), pair()) == 0
+    kernel = hc_combine_norm_admission(x, pre, weight, quantize=True).kernel
+    shape = shape_of(m, h)
+    op = "hc_combine_norm_mxfp8"
+    return [
+        timed(op, shape, "unfused pair", pair, exact=exact),
+        timed(op, shape, "ours", fused, exact=exact, kernel=kernel),
+        timed(op, shape, "triton", triton, exact=bit_mismatches(triton(), pair()) == 0),
+        timed(
+            "hc_combine_norm",
+            shape,
+            "ours",
+            lambda: hc_combine_norm(x, pre, weight, EPS, out=y),
+            kernel=kernel,
+        ),
+    ]
+
+
+def variant_defects(variant: KernelVariant, x, pre, weight) -> list[str]:
+    """What breaks the contract for this Triton variant: fused != unfused (bitwise), y not
+    batch-invariant (each row alone, and the rows reversed), y beyond one bf16 ulp of float64."""
+    defects = []
+    y_alone, (y, quantized) = triton_forms(x, pre, weight, EPS, variant)
+    if bit_mismatches((y, quantized), (y_alone, mxfp8_quantize(y_alone))):
+        defects.append("fused!=unfused")
+    flipped = triton_forms(x.flip(0), pre.flip(0), weight, EPS, variant)[0].flip(0)
+    single = [
+        triton_forms(x[r : r + 1], pre[r : r + 1], weight, EPS, variant)[0]
+        for r in range(x.shape[0])
+    ]
+    if bit_mismatches(flipped, y) or bit_mismatches(torch.cat(single), y):
+        defects.append("not batch-invariant")
+    if beyond_one_bf16_ulp(y, reference_hc_combine_norm(x, pre, weight, EPS, dtype=torch.float64)):
+        defects.append(">1 ulp")
+    return defects
+
+
+def sweep(h: int, device) -> list[dict]:
+    records = []
+    for m in SWEEP_ROWS:
+        x, pre, weight = example_inputs(m, h, device, seed=m)
+        y, quantized = mxfp8_outputs(m, h, device)
+        for variant in SWEEP_VARIANTS:
+            defects = variant_defects(variant, x, pre, weight)
+            arm = f"triton {variant.num_warps} warps{' hw' if variant.hw_round else ''}"
+            arm += " (default)" if variant == DEFAULT_VARIANT else ""
+            for op, quantize in (("hc_combine_norm", None), ("hc_combine_norm_mxfp8", quantized)):
+                run = lambda v=variant, q=quantize: run_kernel(x, pre, weight, EPS, y, q, TRITON, v)
+                records.append(timed(op, shape_of(m, h), arm, run, defects=defects))
+    x, pre, weight = example_inputs(1, h, device, seed=0)
+    if hc_combine_norm_admission(x, pre, weight).kernel == CUDA_CLUSTER:
+        records += cuda_sweep(h, device)
+    return records
+
+
+def cuda_sweep(h: int, device) -> list[dict]:
+    """The CUDA kernel's launch shapes through its shape export (the public ops take the
+    module's default shape, chosen from H: 4 CTAs of 160 threads at H = 5120)."""
+    module = load_module("hc_combine_norm", device.index or 0)
+    records = []
+    for m in SWEEP_ROWS:
+        x, pre, weight = example_inputs(m, h, device, seed=m)
+        y_alone = torch.empty(m, h, dtype=torch.bfloat16, device=device)
+        y, quantized = mxfp8_outputs(m, h, device)
+        data = quantized.data.view(torch.uint8)
+        for cluster, threads in SWEEP_CUDA_SHAPES:
+
+            def combine_norm(c=cluster, t=threads):
+                module.hc_combine_norm_cuda_shape(x, pre, weight, y_alone, y, y, EPS, False, c, t)
+
+            def fused(c=cluster, t=threads):
+                module.hc_combine_norm_cuda_shape(
+                    x, pre, weight, y, data, quantized.scales, EPS, True, c, t
+                )
+
+            try:
+                combine_norm()
+                fused()
+            except ValueError:  # a shape that does not divide this H
+                continue
+            defects = []
+            if bit_mismatches(y, y_alone):
+                defects.append("fused y != unfused y")
+            if bit_mismatches(quantized, reference_mxfp8_quantize(y_alone, swizzled=True)):
+                defects.append("e4m3/scales != reference")
+            arm = f"cuda {cluster} CTAs x {threads}"
+            for op, run in (("hc_combine_norm", combine_norm), ("hc_combine_norm_mxfp8", fused)):
+                records.append(timed(op, shape_of(m, h), arm, run, defects=defects))
+    return records
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--rows", default="1,6,8,64,128")
+    p.add_argument("--hidden", type=int, default=5120)
+    p.add_argument("--sweep", action="store_true", help="also time the launch variants")
+    args = p.parse_args()
+    device = torch.device("cuda")
+    records = [r for m in map(int, args.rows.split(",")) for r in measure(m, args.hidden, device)]
+    if args.sweep:
+        records += sweep(args.hidden, device)
+    report(records, args.json, baseline="unfused pair")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The harness every kernel benchmark here shares: one record schema, one table, one JSON file.
+
+A record is one timing, a flat dict with at least
+
+- ``op``: the op timed (``row_argmax``, ``hc_combine_norm_mxfp8``, ...);
+- ``shape``: its inputs in the op's words (``[6, 129280] fp32``);
+- ``arm``: what ran: ``ours``, a named baseline (``torch.argmax``, ``unfused pair``, ...), a
+  launch shape of a sweep, or :data:`SGLANG_ARM` for SGLang's own kernel where it imports;
+- ``us``: the CUDA-graph replay median in µs per call (:func:`dsv41_kernels.timing.graph_time_us`),
+  or None when the arm could not be timed (``error`` says why);
+- ``device``: the GPU's name;
+
+and then the op's exactness fields (``exact``: bitwise equal to the reference or to the arm it
+replaces; or a measure such as ``mix_rel_err``) and whatever else the benchmark keeps
+(``kernel``, ``defects``, ...). :func:`report` prints the table (with ``speedup`` against a
+baseline arm of the same op and shape) and writes ``{"records": [...]}`` as JSON.
+
+Run a benchmark as a script (``python benchmark/kernels/bench_row_argmax.py --json out.json``):
+Python puts this folder first on the path, which is how ``import common`` resolves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from dsv41_kernels.timing import graph_time_us
+
+SGLANG_ARM = "sglang-0.5.23"
+"""The arm name of SGLang's own kernel for the same call, wherever it imports."""
+KEYS = ("op", "shape", "arm", "us", "device")
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+def record(op: str, shape: str, arm: str, us: float | None, **fields) -> dict:
+    return {"op": op, "shape": shape, "arm": arm, "us": us, "device": device_name(), **fields}
+
+
+def timed(op: str, shape: str, arm: str, fn: Callable[[], object], **fields) -> dict:
+    """The record of ``fn`` timed under CUDA-graph replay (``fields``: exactness and the rest).
+    An arm that cannot be captured or timed is recorded with ``us`` None and the error."""
+    try:
+        return record(op, shape, arm, graph_time_us(fn), **fields)
+    except Exception as e:  # a launch the compiler or the graph refuses: keep the others
+        return record(op, shape, arm, None, **fields, error=f"{type(e).__name__}: {e}"[:200])
+
+
+def parser(description: str | None) -> argparse.ArgumentParser:
+    """The arguments every benchmark takes (``--json PATH``); add the op's own."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--json", type=Path, help="write the records here")
+    return p
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1e-2 and value else f"{value:.2f}"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "-"
+    return str(value)
+
+
+def table(records: Iterable[dict], *, baseline: str | None = None) -> str:
+    """The records as one text table: the schema's columns, then every other field in the
+    order first seen (``device`` left out: it heads the table); with ``baseline``, the
+    speedup of each record over that arm's record of the same op and shape."""
+    records = list(records)
+    base = {(r["op"], r["shape"]): r["us"] for r in records if r["arm"] == baseline}
+    columns = ["op", "shape", "arm", "us"]
+    for r in records:
+        columns += [k for k in r if k not in columns and k != "device"]
+    if base:
+        columns.insert(4, "speedup")
+    rows = [columns]
+    for r in records:
+        ref = base.get((r["op"], r["shape"]))
+        speedup = ref / r["us"] if ref and r["us"] else None
+        rows.append([_cell(speedup if c == "speedup" else r.get(c)) for c in columns])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(path: Path, records: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"records": records}, indent=1) + "\n")
+
+
+def report(records: list[dict], json_path: Path | None, *, baseline: str | None = None) -> None:
+    """Print the table under a line naming the device and the timing; write the JSON."""
+    print(f"{device_name()}: CUDA-graph replay medians, us per call")
+    print(table(records, baseline=baseline))
+    if json_path is not None:
+        write_json(json_path, records)

@@ -1,0 +1,40 @@
+"""Check cases of :func:`dsv41_kernels.ops.speculative.accept_greedy.accept_greedy`."""
+
+from __future__ import annotations
+
+import torch
+
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.ops.speculative.accept_greedy import (
+    accept_greedy,
+    accept_greedy_admission,
+    accept_greedy_torch,
+)
+from dsv41_kernels.reference.accept import accept_greedy as reference
+
+
+def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
+    bs, n, vocab = (2, 3, 4099) if small else (1, 6, 129280)
+    gen = torch.Generator(device="cpu").manual_seed(7)
+    logits = torch.randn(bs * n, vocab, generator=gen).to(device)
+    predict = torch.argmax(logits, dim=-1).view(bs, n)
+    candidates = torch.zeros(bs, n, dtype=torch.int64, device=device)
+    candidates[:, 1:] = predict[:, :-1]  # accept everything, then reject one position
+    candidates[-1, n // 2] += 1
+    cutoff = torch.full((bs,), max(1, n - 2), dtype=torch.int32, device=device)
+    cases = []
+    for label, cut in (("", None), (" cutoff", cutoff)):
+        cases.append(
+            CheckCase(
+                op="accept_greedy",
+                shape=f"bs {bs} x n {n} x {vocab} fp32{label}",
+                admission=accept_greedy_admission(candidates, logits, cut),
+                run=lambda c=cut: accept_greedy(candidates, logits, cutoff_verify_lens=c),
+                reference=lambda c=cut: tuple(
+                    t.to(device) for t in reference(candidates, logits, cutoff_verify_lens=c)
+                ),
+                mismatches=bit_mismatches,
+                baseline=lambda c=cut: accept_greedy_torch(candidates, logits, c),
+            )
+        )
+    return cases

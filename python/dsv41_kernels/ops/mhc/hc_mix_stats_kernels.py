@@ -1,0 +1,463 @@
+"""The kernels of the mHC mixing statistics and their launcher (:mod:`.hc_mix_stats`).
+
+Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
+the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
+sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: cp.async into shared memory and
+TF32 ``mma.sync``, two CTAs an SM); then one finisher (:func:`_mix_finish_kernel`) reduces the
+slices in a fixed order, adds the compensation columns, applies the RMS factor, the gates and
+Sinkhorn. Launch shapes come from :func:`split_k_config`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from dsv41_kernels.admission import triton_interpreter
+from dsv41_kernels.jit import load_module, sm_major, toolchain_available
+from dsv41_kernels.ops.mhc.hc_derived_weights import LO_COLUMN, PACKED_COLUMNS
+from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
+
+_GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
+_MAX_SPLITS = 256
+_FINISH_TILE = 128
+"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
+at 4 warps, so a step's loads are all in flight at once without spilling."""
+_FINISH_WARPS = 4
+_PREFETCH_STEPS = 4
+"""How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
+_INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
+_STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
+_MIX = tl.constexpr(HC_MIX)
+_GATE_N = tl.constexpr(_GATE_COLUMNS)
+
+
+CUDA_ROWS_PER_CTA = 128
+"""Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_stats.cu``)."""
+
+
+def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
+    """The compensated projection can run the CUDA kernel (cp.async pipeline, TF32 mma.sync)
+    instead of the Triton one: sm_80+, a CUDA toolchain, ``K % 64 == 0`` and
+    16-byte aligned rows of stride 1. Pure: shapes, strides, alignment and the device."""
+    return (
+        x2d.is_cuda
+        and x2d.dtype == torch.bfloat16
+        and x2d.shape[1] % 64 == 0
+        and x2d.stride(1) == 1
+        and x2d.data_ptr() % 16 == 0
+        and (x2d.stride(0) * 2) % 16 == 0
+        and sm_major(x2d.device.index or 0) >= 8
+        and toolchain_available()
+    )
+
+
+@dataclass(frozen=True)
+class SplitKConfig:
+    """Launch shape of the split-K projection and of its finisher."""
+
+    block_m: int  # rows per projection program (tl.dot M tile)
+    block_k: int  # K elements per pipelined step
+    splits: int  # K slices (grid axis 1), each with its own partial
+    num_warps: int
+    num_stages: int
+    finish_rows: int  # rows per finisher program
+
+
+def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = False) -> SplitKConfig:
+    """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
+
+    ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
+    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 4096 rows -> 32 tiles x
+    8 slices; 16384 -> 128 x 2); only ``splits`` and ``finish_rows`` apply to it.
+
+    The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
+    copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
+    ``compensated`` 4096 rows -> 64 tiles x 2 slices; 1024 -> 16 x 8; 128 -> 2 x 66;
+    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of 160. Slice length no longer bounds
+    the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
+    """
+    if path == "batch_invariant":
+        return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
+    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+    if cuda and path == "compensated":
+        fill = 2 * num_sms // max(1, triton.cdiv(m, CUDA_ROWS_PER_CTA))
+        splits = max(1, min(fill, 128, k // 64))
+        return SplitKConfig(CUDA_ROWS_PER_CTA, 64, splits, 8, 4, finish_rows)
+    block_k = 64
+    if path == "small_row":  # small tiles, two programs per SM
+        block_m = min(max(triton.next_power_of_2(m), 16), 64)
+        fill = 2 * num_sms // max(1, triton.cdiv(m, block_m))
+        splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
+        return SplitKConfig(block_m, block_k, splits, 4, 3, finish_rows)
+    fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
+    splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
+    return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
+
+
+@functools.cache
+def num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return _INTERPRETER_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@triton.jit(do_not_specialize=["m", "zero"])
+def _mix_partials_kernel(
+    x_ptr,
+    w_ptr,
+    part_ptr,  # fp32 [S, m, BLOCK_N]
+    sqsum_ptr,  # fp32 [S, m]
+    m,
+    K,
+    w_rows,
+    stride_xm,
+    stride_xk,
+    stride_wn,
+    stride_wk,
+    zero,  # 0.0 at run time: see the fresh accumulator below
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr,
+    PRECISION: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``.
+
+    Slice ``s`` of ``S`` takes ``nb // S + (s < nb % S)`` K blocks (``nb`` blocks in all) in
+    order; ``m`` is not specialised, so every batch size runs the same code."""
+    split = tl.program_id(1)
+    splits = tl.num_programs(1)
+    n_blocks = tl.cdiv(K, BLOCK_K)
+    first = split * (n_blocks // splits) + tl.minimum(split, n_blocks % splits)
+    count = n_blocks // splits + (split < n_blocks % splits).to(tl.int32)
+
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows < m
+    cols = tl.arange(0, BLOCK_N)
+    col_ok = cols < w_rows
+    ks = first * BLOCK_K + tl.arange(0, BLOCK_K)
+    x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :] * stride_xk
+    w_ptrs = w_ptr + cols[None, :] * stride_wn + ks[:, None] * stride_wk
+
+    # x is read through registers (it is converted to fp32 for the TF32 MMA), which Triton's
+    # pipeliner does not prefetch: the next tile's load is issued by hand before this tile's
+    # MMA, so one DRAM latency overlaps each step instead of adding to it.
+    x_mask = rows[:, None] < tl.where(count > 0, m, 0)
+    if not EVEN_K:
+        x_mask = x_mask & (ks < K)[None, :]
+    x = tl.load(x_ptrs, mask=x_mask, other=0.0)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    sqsum = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    if PREFETCH > 0:  # one address per 128-byte line of each row's tile
+        line_ptrs = (
+            x_ptr
+            + rows.to(tl.int64)[:, None] * stride_xm
+            + ((first + PREFETCH) * BLOCK_K + tl.arange(0, BLOCK_K // 64) * 64)[None, :] * stride_xk
+        )
+    for step in range(count):
+        if PREFETCH > 0:
+            # Register prefetch holds one tile in flight; an L2 prefetch PREFETCH steps ahead
+            # keeps more of the slice moving without registers (x is read exactly once).
+            ahead = rows[:, None] < tl.where(step + PREFETCH < count, m, 0)
+            tl.inline_asm_elementwise(
+                "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
+                "mov.u32 $0, 0; }",
+                "=r,l,r",
+                [line_ptrs, ahead.to(tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+            line_ptrs += BLOCK_K * stride_xk
+        x_mask = rows[:, None] < tl.where(step + 1 < count, m, 0)
+        if EVEN_K:
+            w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
+        else:
+            k_ok = ks + step * BLOCK_K < K
+            w = tl.load(w_ptrs, mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+            x_mask = x_mask & (ks + (step + 1) * BLOCK_K < K)[None, :]
+        x_next = tl.load(x_ptrs + BLOCK_K * stride_xk, mask=x_mask, other=0.0)
+        xf = x.to(tl.float32)  # bf16 -> fp32 is exact, and exact in TF32
+        sqsum += tl.sum(xf * xf, axis=1)
+        # A fresh accumulator per step, added with an IEEE fp32 add: the tensor core's own
+        # accumulation is not round-to-nearest and drifts over a long K (~1e-5 at 5120). The
+        # run-time zero keeps Triton from folding the add back into the MMA (it does so for a
+        # constant zero), so each MMA chain is BLOCK_K products.
+        fresh = tl.full((BLOCK_M, BLOCK_N), zero, tl.float32)
+        acc = acc + tl.dot(xf, w, fresh, input_precision=PRECISION)
+        x = x_next
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    out = split.to(tl.int64) * m + rows
+    tl.store(part_ptr + out[:, None] * BLOCK_N + cols[None, :], acc, mask=row_ok[:, None])
+    tl.store(sqsum_ptr + out, sqsum, mask=row_ok)
+
+
+@triton.jit
+def _div(a, b):
+    """IEEE ``a / b`` as torch divides (Triton's fp32 ``/`` may be approximate); ``b`` is
+    broadcast to ``a``'s shape (it may be a scalar)."""
+    return tl.math.div_rn(a, tl.zeros_like(a) + b)
+
+
+@triton.jit
+def _sigmoid(z):
+    return _div(tl.zeros_like(z) + 1.0, 1.0 + tl.exp(-z))
+
+
+@triton.jit(do_not_specialize=["m", "splits"])
+def _mix_finish_kernel(
+    part_ptr,  # fp32 [S, m, PART_N]
+    sqsum_ptr,  # fp32 [S, m]
+    scale_ptr,  # fp32 [3]
+    base_ptr,  # fp32 [24]
+    pre_ptr,  # fp32 [m, 4]
+    post_ptr,  # fp32 [m, 4]
+    comb_ptr,  # fp32 [m, 4, 4]
+    mix_ptr,  # fp32 [m, 24]: written here, then read back in the gates' shapes
+    m,
+    splits,
+    k_float,
+    rms_eps,
+    eps,
+    post_mult,
+    PART_N: tl.constexpr,
+    COMPENSATED: tl.constexpr,
+    LO_COLUMN: tl.constexpr,
+    ITERS: tl.constexpr,
+    FAST_RCP: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    """Per row: reduce the slices, ``mix = g·rsqrt(Σx²/K + rms_eps)``, the gates and Sinkhorn
+    (docs/specs.md C.3; IEEE divisions except in Sinkhorn, see below).
+
+    The slices are summed ``BLOCK_S`` at a time, chunk after chunk: for a given launch shape
+    every row sees the same order wherever it sits. Each (slice, row) is one contiguous run of
+    columns, so the loads are coalesced; the 24 mix values then go through ``mix`` in global
+    memory (one barrier) and come back one ``[R]`` vector each, so the gates and Sinkhorn work
+    on a row's values inside its own thread."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    row_ok = rows < m
+    cols = tl.arange(0, _GATE_N)
+    # Chunks of BLOCK_S slices are added elementwise, then the slice axis is summed once: no
+    # reduction (and no barrier) inside the loop, and its loads do not wait on one.
+    sq_acc = tl.zeros((BLOCK_S, BLOCK_R), tl.float32)
+    acc = tl.zeros((BLOCK_S, BLOCK_R, _GATE_N), tl.float32)
+    for first in range(0, splits, BLOCK_S):
+        s = first + tl.arange(0, BLOCK_S)
+        ok = (s < splits)[:, None] & row_ok[None, :]  # [S, R]
+        at = s.to(tl.int64)[:, None] * m + rows[None, :]
+        ptrs = part_ptr + at[:, :, None] * PART_N + cols[None, None, :]  # [S, R, 32]
+        sq = tl.load(sqsum_ptr + at, mask=ok, other=0.0)
+        part = tl.load(ptrs, mask=ok[:, :, None], other=0.0)
+        if COMPENSATED:  # the slice's x·lo next to its x·hi (lo is ~2^-11 of hi)
+            part += tl.load(ptrs + LO_COLUMN, mask=ok[:, :, None], other=0.0)
+        sq_acc += sq
+        acc += part
+    rms = tl.math.rsqrt(_div(tl.sum(sq_acc, axis=0), k_float) + rms_eps)
+    mix = tl.sum(acc, axis=0) * rms[:, None]
+    mix_rows = mix_ptr + rows.to(tl.int64) * _MIX
+    tl.store(mix_rows[:, None] + cols[None, :], mix, mask=row_ok[:, None] & (cols < _MIX)[None, :])
+    tl.debug_barrier()  # the CTA's own global writes are visible to all its threads after it
+
+    # From here every value is its own [R] vector (one element a row), so the gates and the
+    # 40 Sinkhorn normalisations run in each row's thread without any cross-lane reduction
+    # (a [R, 4, 4] tile needs two shuffle rounds per normalisation, ~2 µs over 20 rounds).
+    # Lanes beyond R repeat the work, so the program has 4 warps (one per SM sub-partition):
+    # at 8 warps the repeats share issue slots and double the time.
+    pre0, pre1, pre2, pre3 = _gates4(mix_rows, 0, row_ok, scale_ptr, base_ptr, eps, 1.0)
+    post0, post1, post2, post3 = _gates4(
+        mix_rows, 4, row_ok, scale_ptr + 1, base_ptr, 0.0, post_mult
+    )
+    c00, c01, c02, c03 = _row_softmax(mix_rows, 8, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c10, c11, c12, c13 = _row_softmax(mix_rows, 12, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c20, c21, c22, c23 = _row_softmax(mix_rows, 16, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    c30, c31, c32, c33 = _row_softmax(mix_rows, 20, row_ok, scale_ptr + 2, base_ptr, eps, FAST_RCP)
+    # Sinkhorn: the row softmax + eps above, a column step, then ITERS - 1 rounds of rows,
+    # columns (docs/specs.md C.3). Its 40 normalisations are one dependent chain, so each
+    # multiplies by an approximate reciprocal (1.5 ulp; the drift stays far inside the comb
+    # tolerance) rather than dividing with div.rn.
+    c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
+    c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
+    c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
+    c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
+    for _ in range(ITERS - 1):
+        c00, c01, c02, c03 = _normalize4(c00, c01, c02, c03, eps, FAST_RCP)
+        c10, c11, c12, c13 = _normalize4(c10, c11, c12, c13, eps, FAST_RCP)
+        c20, c21, c22, c23 = _normalize4(c20, c21, c22, c23, eps, FAST_RCP)
+        c30, c31, c32, c33 = _normalize4(c30, c31, c32, c33, eps, FAST_RCP)
+        c00, c10, c20, c30 = _normalize4(c00, c10, c20, c30, eps, FAST_RCP)
+        c01, c11, c21, c31 = _normalize4(c01, c11, c21, c31, eps, FAST_RCP)
+        c02, c12, c22, c32 = _normalize4(c02, c12, c22, c32, eps, FAST_RCP)
+        c03, c13, c23, c33 = _normalize4(c03, c13, c23, c33, eps, FAST_RCP)
+
+    at = rows.to(tl.int64) * _STREAMS
+    _store4(pre_ptr + at, pre0, pre1, pre2, pre3, row_ok)
+    _store4(post_ptr + at, post0, post1, post2, post3, row_ok)
+    at = rows.to(tl.int64) * (_STREAMS * _STREAMS)
+    _store4(comb_ptr + at, c00, c01, c02, c03, row_ok)
+    _store4(comb_ptr + at + 4, c10, c11, c12, c13, row_ok)
+    _store4(comb_ptr + at + 8, c20, c21, c22, c23, row_ok)
+    _store4(comb_ptr + at + 12, c30, c31, c32, c33, row_ok)
+
+
+@triton.jit
+def _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr):
+    """``mix[:, first + j] · scale + base[first + j]`` for j < 4, as four [R] vectors."""
+    scale = tl.load(scale_ptr)
+    a = tl.load(mix_rows + first, mask=row_ok, other=0.0) * scale + tl.load(base_ptr + first)
+    b = tl.load(mix_rows + first + 1, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 1
+    )
+    c = tl.load(mix_rows + first + 2, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 2
+    )
+    d = tl.load(mix_rows + first + 3, mask=row_ok, other=0.0) * scale + tl.load(
+        base_ptr + first + 3
+    )
+    return a, b, c, d
+
+
+@triton.jit
+def _gates4(mix_rows, first, row_ok, scale_ptr, base_ptr, add, mult):
+    """``σ(logit)·mult + add`` of the four gates from column ``first``."""
+    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
+    return (
+        _sigmoid(a) * mult + add,
+        _sigmoid(b) * mult + add,
+        _sigmoid(c) * mult + add,
+        _sigmoid(d) * mult + add,
+    )
+
+
+@triton.jit
+def _reciprocal(v, FAST_RCP: tl.constexpr):
+    """``1 / v``: one ``MUFU.RCP`` (1 ulp) on the GPU, where ``/`` costs seven instructions
+    and Sinkhorn's divisions are the finisher's critical path; ``/`` in the interpreter.
+    ``.ftz`` drops the subnormal handling (six more instructions): every ``v`` here is a sum
+    that is at least ``eps`` (or 1, in the softmax), far above the subnormals."""
+    if FAST_RCP:
+        return tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=r,r", [v], dtype=tl.float32, is_pure=True, pack=1
+        )
+    else:
+        return 1.0 / v
+
+
+@triton.jit
+def _row_softmax(mix_rows, first, row_ok, scale_ptr, base_ptr, eps, FAST_RCP: tl.constexpr):
+    """Softmax of one comb row's four logits, plus ``eps`` (Sinkhorn's first half step)."""
+    a, b, c, d = _logits4(mix_rows, first, row_ok, scale_ptr, base_ptr)
+    top = tl.maximum(tl.maximum(a, b), tl.maximum(c, d))
+    a, b, c, d = tl.exp(a - top), tl.exp(b - top), tl.exp(c - top), tl.exp(d - top)
+    inv = _reciprocal(((a + b) + c) + d, FAST_RCP)
+    return a * inv + eps, b * inv + eps, c * inv + eps, d * inv + eps
+
+
+@triton.jit
+def _normalize4(a, b, c, d, eps, FAST_RCP: tl.constexpr):
+    """``v / (Σv + eps)`` for one comb row or column, as ``v · (1 / (Σv + eps))``."""
+    inv = _reciprocal((((a + b) + c) + d) + eps, FAST_RCP)
+    return a * inv, b * inv, c * inv, d * inv
+
+
+@triton.jit
+def _store4(ptr, a, b, c, d, row_ok):
+    tl.store(ptr, a, mask=row_ok)
+    tl.store(ptr + 1, b, mask=row_ok)
+    tl.store(ptr + 2, c, mask=row_ok)
+    tl.store(ptr + 3, d, mask=row_ok)
+
+
+def _launch_triton_partials(x2d, w, partial, sqsum, *, numerics, cfg):
+    m, k = x2d.shape
+    _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
+        x2d,
+        w,
+        partial,
+        sqsum,
+        m,
+        k,
+        w.shape[0],
+        x2d.stride(0),
+        x2d.stride(1),
+        w.stride(0),
+        w.stride(1),
+        0.0,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=partial.shape[2],
+        BLOCK_K=cfg.block_k,
+        EVEN_K=k % cfg.block_k == 0,
+        # tf32x3 (small_row): on the raw fn, its split made in registers (x's residual is 0).
+        PRECISION="tf32x3" if numerics == "tf32x3" else "tf32",
+        PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+
+
+def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix):
+    """The projection (CUDA with ``cuda``, else Triton) and the finisher: ``(pre, post, comb)``
+    and, with ``return_mix``, ``mix``. ``numerics``: ``"compensated"`` (``w`` is
+    :func:`pack_split` of fn), ``"tf32x3"`` or ``"tf32"`` (single pass; ``w`` is fn)."""
+    m, k = x2d.shape
+    compensated = numerics == "compensated"
+    part_n = PACKED_COLUMNS if compensated else _GATE_COLUMNS
+    device = x2d.device
+    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
+    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
+    if m == 0:
+        return outputs
+    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
+    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
+    if cuda:
+        load_module("hc_mix_stats", device.index or 0).hc_mix_partials_tf32(x2d, w, partial, sqsum)
+    else:
+        _launch_triton_partials(x2d, w, partial, sqsum, numerics=numerics, cfg=cfg)
+    _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
+        partial,
+        sqsum,
+        scale.contiguous(),
+        base.contiguous(),
+        pre,
+        post,
+        comb,
+        mix,
+        m,
+        cfg.splits,
+        float(k),
+        rms_eps,
+        eps,
+        post_mult,
+        PART_N=part_n,
+        COMPENSATED=compensated,
+        LO_COLUMN=LO_COLUMN,
+        ITERS=iters,
+        FAST_RCP=not triton_interpreter(),
+        BLOCK_S=min(triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)),
+        BLOCK_R=cfg.finish_rows,
+        num_warps=_FINISH_WARPS,
+    )
+    return outputs
+
+
+def check_config(cfg: SplitKConfig) -> None:
+    """Raise ValueError unless ``cfg`` is a launch shape the kernels take."""
+    pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
+    if not (cfg.block_m in (16, 32, 64, 128) and pow2(cfg.block_k, 16)):
+        raise ValueError(
+            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
+        )
+    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
+        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")

@@ -1,0 +1,66 @@
+"""The SGLang-specific rules the plugin owns (the ops know shapes, dtypes and devices only):
+when the router also writes packed ids, and where the mHC derived weights publish their
+refusal of online weight updates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+PACKED_ADMISSION = [
+    # shared slots, remapped, a2a backend, simulating, runner, emits, reason fragment
+    (0, False, "none", False, "flashinfer_mxfp4", True, "consumes packed ids"),
+    (0, False, "deepep", False, "flashinfer_mxfp4", True, "consumes packed ids"),
+    (1, False, "none", False, "flashinfer_mxfp4", False, "shared-expert"),
+    (0, True, "none", False, "flashinfer_mxfp4", False, "remapping"),
+    (0, False, "megamoe", False, "flashinfer_mxfp4", False, "MegaMoE"),
+    (0, False, "none", True, "flashinfer_mxfp4", False, "simulation"),
+    (0, False, "none", False, "triton", False, "'triton' does not consume"),
+    (0, False, "none", False, None, False, "None does not consume"),
+]
+
+
+@pytest.mark.parametrize("shared,remapped,a2a,simulating,runner,emits,why", PACKED_ADMISSION)
+def test_emits_packed_ids_table(plugin, shared, remapped, a2a, simulating, runner, emits, why):
+    from dsv41_kernels.sglang_plugin.router import emits_packed_ids
+
+    verdict = emits_packed_ids(
+        num_fused_shared_experts=shared,
+        expert_location_remapped=remapped,
+        a2a_backend=a2a,
+        simulating_routing=simulating,
+        moe_runner_backend=runner,
+    )
+    assert verdict.ok is emits and why in verdict.reason, verdict
+
+
+def holders_on(layer, *names):
+    from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+    from dsv41_kernels.sglang_plugin import mhc as hook
+
+    layer._hc_derived_weights = [
+        HcDerivedWeights(
+            torch.randn(24, 64), name=name, on_release=lambda: hook.publish_refusal(layer)
+        )
+        for name in names
+    ]
+    hook.publish_refusal(layer)
+    return layer._hc_derived_weights
+
+
+def test_refusal_published_on_the_layer_until_release(plugin):
+    layer = torch.nn.Module()
+    (holder,) = holders_on(layer, "layers.0.hc_attn_fn")
+    reason = layer._derived_weight_cache_error
+    assert reason is not None and "layers.0.hc_attn_fn" in reason and "release()" in reason
+    holder.release()
+    assert not holder.active and layer._derived_weight_cache_error is None
+
+
+def test_refusal_with_two_holders_on_one_layer(plugin):
+    layer = torch.nn.Module()
+    attn, ffn = holders_on(layer, "attn", "ffn")
+    attn.release()
+    assert "'ffn'" in layer._derived_weight_cache_error
+    ffn.release()
+    assert layer._derived_weight_cache_error is None

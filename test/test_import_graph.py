@@ -1,0 +1,98 @@
+"""The package's import graph, read from the source (ast): no cycle, and the ops are leaves.
+
+Every ``import`` and ``from ... import`` of a ``dsv41_kernels`` module counts, at module level
+or inside a function, so a lazy import cannot hide an edge. The ops import only the layers
+below them (``admission``, ``jit``, ``workspace``, ``reference``) and each other; nothing under
+``ops/`` imports the check, the cases, the CLI, the SGLang plugin or the lazy package facade.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import dsv41_kernels
+
+ROOT = Path(dsv41_kernels.__file__).resolve().parent
+PACKAGE = "dsv41_kernels"
+ABOVE_THE_OPS = ("check", "cases", "cli", "sglang_plugin")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: Path) -> list[str]:
+    """Every dotted name ``path`` imports: ``X`` for ``import X``, and both ``X`` and ``X.y`` for
+    ``from X import y`` (relative imports resolved)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module_name(path).split(".")
+                anchor = anchor[: len(anchor) - node.level + (path.name == "__init__.py")]
+                base = ".".join(anchor + ([base] if base else []))
+            names += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    return names
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    paths = {module_name(p): p for p in ROOT.rglob("*.py")}
+    return {name: set(imported(path)) & set(paths) for name, path in paths.items()}
+
+
+def test_the_graph_sees_the_package():
+    edges = graph()
+    assert f"{PACKAGE}.ops.speculative.row_argmax" in edges
+    assert (
+        f"{PACKAGE}.ops.speculative.argmax_reduction"
+        in edges[f"{PACKAGE}.ops.speculative.row_argmax"]
+    )
+    assert f"{PACKAGE}.cases.row_argmax" in edges[f"{PACKAGE}.check"]
+
+
+def test_no_import_cycle():
+    edges = graph()
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            cycle = path[path.index(node) :] + [node]
+            raise AssertionError(f"import cycle: {' -> '.join(cycle)}")
+        if node in done:
+            return
+        for target in sorted(edges.get(node, ())):
+            if target != node:
+                visit(target, path + [node])
+        done.add(node)
+
+    for node in sorted(edges):
+        visit(node, [])
+
+
+def test_ops_import_nothing_above_them():
+    upward = {f"{PACKAGE}.{name}" for name in ABOVE_THE_OPS}
+    for module, targets in graph().items():
+        if not module.startswith(f"{PACKAGE}.ops"):
+            continue
+        for target in targets:
+            assert target != PACKAGE, f"{module} imports the package facade"
+            assert not any(target == u or target.startswith(u + ".") for u in upward), (
+                f"{module} imports {target}"
+            )
+
+
+def test_the_plugin_and_the_cases_import_ops_directly():
+    """Not through the lazy facade (``from dsv41_kernels import row_argmax``), which hides the
+    edge from static tools."""
+    facade = {f"{PACKAGE}.{name}" for name in dsv41_kernels._EXPORTS}
+    for path in ROOT.rglob("*.py"):
+        module = module_name(path)
+        if module.startswith((f"{PACKAGE}.sglang_plugin", f"{PACKAGE}.cases", f"{PACKAGE}.check")):
+            through = facade.intersection(imported(path))
+            assert not through, f"{module} imports {sorted(through)} through the package facade"
