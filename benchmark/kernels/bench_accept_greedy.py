@@ -1,17 +1,20 @@
-"""SGLang's greedy accept as torch ops (argmax, then the rule) vs the one-launch accept_greedy.
+"""SGLang's greedy accept vs the one-launch accept_greedy.
 
-DSpark verifies n = 6 rows of vocab 129280 per request; bs 1 and 4, with a cutoff. Arms:
-``torch rule`` (torch.argmax and the rule in torch ops: what the op replaces) and ``ours``
-(the public op: the CUDA cluster kernel on sm_90+, else the Triton kernel), checked equal
-first. ``--sweep`` also times the Triton accept's launch shapes at bs 1 (the public op takes the
-cluster kernel there, so the sweep launches the Triton kernel itself).
+DSpark verifies n = 6 rows of vocab 129280 per request; bs 1, 4, 16, 64, with a cutoff. Arms:
+``torch rule`` (torch.argmax and the rule in torch ops), ``sglang-0.5.23`` (SGLang's own
+``accept_greedy_triton(..., fused_argmax=True)``, what ``AcceptGreedy.execute`` runs for a
+DeepSeek-V4.1 target on CUDA: its split-vocab argmax, inexact on NaN, then the rule in a few
+launches) and ``ours`` (the public op: the CUDA cluster kernel on sm_90+, else the Triton
+kernel), checked equal first (random logits, no NaN). ``--sweep`` also times the Triton
+accept's launch shapes at bs 1 (the public op takes the cluster kernel there, so the sweep
+launches the Triton kernel itself).
     python benchmark/kernels/bench_accept_greedy.py --json bench_accept_greedy.json
 """
 
 from __future__ import annotations
 
 import torch
-from common import parser, report, timed
+from common import parser, report, sglang_arm, sglang_function, timed
 
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy,
@@ -54,7 +57,20 @@ def measure(bs: int) -> list[dict]:
         "torch rule": lambda: accept_greedy_torch(candidates, logits, cutoff, out),
         "ours": lambda: accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, out=out),
     }
-    records = []
+    sglang, why = sglang_function(
+        "sglang.kernels.ops.speculative.dspark.dspark_accept", "accept_greedy_triton"
+    )
+    run = lambda: sglang(
+        candidates=candidates,
+        target_logits=logits,
+        verify_num_draft_tokens=N,
+        cutoff_verify_lens=cutoff,
+        fused_argmax=True,
+    )
+    exact = sglang is not None and all(
+        torch.equal(a.to(b.dtype), b) for a, b in zip(run(), ref, strict=True)
+    )
+    records = [sglang_arm("accept_greedy", shape, sglang, why, run, exact=exact)]
     for arm, run in arms.items():
         exact = equal(run(), ref)
         fields = {"exact": exact, "kernel": kernel if arm == "ours" else None}
@@ -81,7 +97,7 @@ def sweep() -> list[dict]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--bs", default="1,4")
+    p.add_argument("--bs", default="1,4,16,64")
     p.add_argument("--sweep", action="store_true", help="also time Triton launch shapes")
     args = p.parse_args()
     records = [r for bs in map(int, args.bs.split(",")) for r in measure(bs)]

@@ -3,15 +3,18 @@
 Decode shapes of DeepSeek-V4.1 (64 heads, head dim 512): ``s_q`` 1 and 6 (DSpark verify rows),
 so 132 and 22 partitions on an H200; top-k 2048 with an extra cache of 512, at long context
 (every request has its full 2048 indices, extra lengths drawn in [128, 512]). Arms:
-``flashmla-structured`` (what the op replaces) and ``ours``; the two outputs are checked
-equal first.
+``flashmla-structured`` (FlashMLA's one-warp walk, as our own kernel restates it),
+``sglang-0.5.23`` (SGLang's own block kernel ``flashmla_sched_meta``, which its V4 backend runs
+on Blackwell with 64 heads; on Hopper SGLang precomputes nothing and FlashMLA's own scheduler
+runs inside the decode: ``benchmark/call_sites.py`` times that) and ``ours``; the outputs are
+checked equal first (seven defined fields and ``num_splits``).
     python benchmark/kernels/bench_decoding_sched_meta.py --json bench_decoding_sched_meta.json
 """
 
 from __future__ import annotations
 
 import torch
-from common import parser, report, timed
+from common import parser, report, sglang_arm, sglang_function, timed
 
 from dsv41_kernels.cases.decoding_sched_meta import baseline_decoding_sched_meta
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
@@ -44,7 +47,22 @@ def measure(b: int, s_q: int, gen: torch.Generator) -> list[dict]:
     exact = all(torch.equal(a, z) for a, z in zip(ours, before, strict=True))
     shape = f"b={b} s_q={s_q} parts={parts}"
     kernel = decoding_sched_meta_admission(*ours, config, **lengths).kernel
+    sglang, why = sglang_function(
+        "sglang.kernels.ops.attention.dsv4.flashmla_sched_meta", "flashmla_sched_meta"
+    )
+    theirs = tuple(torch.empty_like(t) for t in ours)
+    run = lambda: sglang(
+        *theirs,
+        **lengths,
+        block_size_n=config.block_size_n,
+        fixed_overhead_num_blocks=overhead,
+        topk=TOPK,
+        extra_topk=EXTRA_TOPK,
+    )
+    same = sglang is not None and run() is None and torch.equal(theirs[0][:, :7], ours[0][:, :7])
+    same = same and torch.equal(theirs[1], ours[1])
     return [
+        sglang_arm("decoding_sched_meta", shape, sglang, why, run, exact=same),
         timed(
             "decoding_sched_meta",
             shape,

@@ -1,12 +1,17 @@
-"""mHC mixing statistics at H = 5120 (K = 20480): torch FP32 vs single-pass TF32 vs ours.
+"""mHC mixing statistics at H = 5120 (K = 20480): SGLang's SM90 dispatch, torch FP32, ours.
 
     python benchmark/kernels/bench_hc_mix_stats.py --json $OUT/bench_hc_mix_stats.json
 
 Every arm computes the whole statistics (projection, RMS factor, gates, 20-iteration Sinkhorn)
-from bf16 ``x [m, 20480]``. Exactness fields: ``mix_rel_err``, ``max|mix - ref| / max|ref|`` of
-the projection-times-RMS values against float64, and ``stats_ok``, whether pre, post and comb
-are within the tolerances the op states.
+from bf16 ``x [m, 20480]``. Exactness fields: ``stats_rel_err``, the largest
+``max|o - ref| / max|ref|`` over pre, post and comb against float64; ``mix_rel_err``, the same
+for the projection-times-RMS values; ``stats_ok``, whether pre, post and comb are within the
+tolerances the op states.
 
+- ``sglang-0.5.23``: SGLang's ``_mix_stats_impl`` as it dispatches on SM90 for DeepSeek-V4.1
+  (bf16 parts built at load): 1 row ``hc_mix_stats_sinkhorn``; 2-31 rows its split-K
+  ``hc_mix_stats`` then the tilelang ``hc_split_sinkhorn``; 32-65536 rows
+  ``hc_mix_stats_sinkhorn_bf16x3``;
 - ``fp32 torch``: fp32 GEMM (TF32 off) + torch gates and Sinkhorn (the float32 reference);
 - ``tf32 1-pass``: our kernels reading raw fn (the tensor core truncates it: upstream numerics);
 - ``compensated``, ``small_row``, ``batch_inv``: the op's paths, forced;
@@ -21,13 +26,14 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from common import parser, record, report, timed, write_json
+from common import parser, record, report, sglang_arm, sglang_module, timed, write_json
 
 from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
     mix_relative_error,
     single_pass_tf32,
     stats_mismatches,
+    stats_relative_error,
 )
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
@@ -35,7 +41,8 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import SplitKConfig, split_k_con
 from dsv41_kernels.reference.mhc import hc_gates, hc_mix
 
 HIDDEN = 5120
-ROWS = (1, 6, 64, 128, 1024, 4096, 16384)
+ROWS = (1, 6, 31, 32, 64, 128, 1024, 4096, 16384, 65536)
+SGLANG_MHC = "sglang.kernels.ops.layernorm.mhc"
 ARMS = ("fp32 torch", "tf32 1-pass", "compensated", "small_row", "batch_inv", "ours")
 MODES = {"compensated": "compensated", "small_row": "small_row", "batch_inv": "batch_invariant"}
 TARGETS = {("compensated", 4096): 100.0, ("small_row", 6): 8.0}
@@ -45,6 +52,26 @@ SWEEP_ROWS = (6, 64, 1024, 4096)  # --sweep: decode, and the prefill sizes that 
 def torch_fp32(x, fn, scale, base):
     mix = hc_mix(x, fn, dtype=torch.float32)
     return (*hc_gates(mix, scale, base), mix)
+
+
+def sglang_sm90(x, fn, scale, base):
+    """SGLang 0.5.23's ``_mix_stats_impl`` on SM90 for DeepSeek-V4.1 (iters 20, eps 1e-6), or
+    ``(None, why)`` where its kernels do not import."""
+    mhc, why = sglang_module(SGLANG_MHC)
+    if mhc is None:
+        return None, why
+    m = x.shape[0]
+    if m == 1:
+        return lambda: mhc.hc_mix_stats_sinkhorn(x, fn, scale, base, 4, 20, 1e-6, 1e-6), None
+    if m < 32:
+
+        def split_k_then_sinkhorn():
+            mixes = mhc.hc_mix_stats(x, fn, 1e-6).unsqueeze(1)
+            return [t.squeeze(1) for t in mhc.hc_split_sinkhorn(mixes, scale, base, 4, 20, 1e-6)]
+
+        return split_k_then_sinkhorn, None
+    parts = mhc.split_bf16_hc_weight(fn)  # built at load by SGLang's post-load step
+    return lambda: mhc.hc_mix_stats_sinkhorn_bf16x3(x, parts, scale, base, 20, 1e-6, 1e-6), None
 
 
 def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
@@ -62,10 +89,16 @@ def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
         "ours": lambda: hc_mix_stats(x, holder, scale, base, return_mix=True),
     }
     shape = f"m={m} H={hidden}"
-    records = []
+    sglang, why = sglang_sm90(x, fn, scale, base)
+    try:
+        fields = {"stats_rel_err": stats_relative_error(sglang(), ref)} if sglang else {}
+    except Exception as e:  # e.g. tilelang absent: the 2-31-row branch cannot run here
+        sglang, why, fields = None, f"{type(e).__name__}: {e}"[:200], {}
+    records = [sglang_arm("hc_mix_stats", shape, sglang, why, sglang, **fields)]
     for arm, run in runs.items():
         out = run()
         fields = {
+            "stats_rel_err": stats_relative_error(out, ref),
             "mix_rel_err": mix_relative_error(out[3], ref[3]),
             "stats_ok": stats_mismatches(out, ref, scale) == 0,
         }

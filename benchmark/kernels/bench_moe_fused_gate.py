@@ -2,13 +2,17 @@
 
     python benchmark/kernels/bench_moe_fused_gate.py --json $OUT/bench_moe_fused_gate.json
 
-Three arms per token count, all with image tokens mixed in and preallocated outputs:
-``router`` (ids and weights only), ``router + pack`` (the router, then one Triton launch
-packing ``(id << 16) | bf16_bits(weight)``: what the fused form replaces) and ``packed router``
-(one launch writing all three); ``exact``: the packed ids equal ``pack_topk`` of the router's
-own outputs, both ways. Target on the H200 at T = 6: packed router <= 1.1x router,
-and at least one launch saved against router + pack (about 1.5 us; one tiny kernel launch,
-timed here the same way, is the yardstick).
+Arms per token count, all with image tokens mixed in: ``sglang-0.5.23`` and ``sglang-0.5.23
+unpacked`` (SGLang's own one-launch Triton router as its ``vision_topk`` calls it for V4.1:
+``moe_fused_gate(..., scoring_func="sqrtsoftplus", sqrtsoftplus_log1p=True, bias_alt=...,
+packed_out=...)``, with and without packed ids), ``router`` (ours, ids and weights only),
+``router + pack`` (ours, then one Triton launch packing ``(id << 16) | bf16_bits(weight)``) and
+``packed router`` (ours, one launch writing all three), preallocated outputs for ours;
+``exact``: the packed ids equal ``pack_topk`` of the router's own outputs, both ways, and for
+SGLang's arms its ids and packed ids equal ours. Targets on the H200: the packed router
+<= 2.4 us at every T <= 64 and <= 0.85x SGLang's packed router; at T = 6 packed router <= 1.1x
+router and at least one launch saved against router + pack (one tiny kernel launch, timed here
+the same way, is the yardstick).
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ import sys
 import torch
 import triton
 import triton.language as tl
-from common import parser, report, timed
+from common import SGLANG_ARM, parser, report, sglang_arm, sglang_function, timed
 
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, pack_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
 IMAGE_TOKEN_ID = 129264
+RENORMALIZE_EPSILON = 1e-20  # SGLang 0.5.23's _RENORMALIZE_SUM_EPSILON, which vision_topk passes
 RATIO_TARGET = 1.1
 
 
@@ -78,9 +83,33 @@ def bench(
     exact &= torch.equal(router_then_pack(), packed)
     shape = f"[{num_tokens}, {num_experts}] {str(dtype).replace('torch.', '')} top-{top_k}"
     arms = {"router": router, "router + pack": router_then_pack, "packed router": packed_router}
-    return [
+    records = [
         timed("moe_fused_gate", shape, arm, run, exact=bool(exact)) for arm, run in arms.items()
     ]
+    sglang, why = sglang_function("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate")
+    their_packed = torch.empty_like(packed)
+    for arm, out in ((SGLANG_ARM, their_packed), (f"{SGLANG_ARM} unpacked", None)):
+        run = lambda out=out: sglang(
+            logits,
+            bias,
+            topk=top_k,
+            scoring_func="sqrtsoftplus",
+            renormalize=True,
+            routed_scaling_factor=1.5,
+            bias_alt=bias_alt,
+            input_ids=input_ids,
+            bias_alt_token_id=IMAGE_TOKEN_ID,
+            num_token_non_padded=count,
+            renormalize_epsilon=RENORMALIZE_EPSILON,
+            packed_out=out,
+            sqrtsoftplus_log1p=True,
+        )
+        same = sglang is not None and torch.equal(run()[1].to(ids.dtype), ids)
+        if same and out is not None:
+            same = torch.equal(their_packed, packed)
+        record = sglang_arm("moe_fused_gate", shape, sglang, why, run, exact=same)
+        records.append({**record, "arm": arm})
+    return records
 
 
 def main() -> int:

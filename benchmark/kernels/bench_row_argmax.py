@@ -1,16 +1,19 @@
-"""torch.argmax vs row_argmax over DSpark's verify logits (vocab 129280), rows 1 to 256.
+"""torch.argmax and SGLang's own argmax vs row_argmax over DSpark's verify logits (vocab 129280).
 
-Arms: ``torch.argmax`` (what the op replaces), ``triton`` (the multi-block Triton kernel
-alone) and ``ours`` (the public op: the CUDA cluster kernel for up to 8 rows on sm_90+).
-Every arm is checked equal to torch.argmax first. ``--sweep`` also times the CUDA cluster
-kernel's launch shapes (threads x items) at 1, 6 and 64 rows, on logits full of ties.
+Arms: ``torch.argmax`` (what the op replaces for other targets), ``sglang-0.5.23`` (SGLang's
+``_row_argmax(logits, fused=True)`` as DeepSeek-V4.1's verify calls it: its split-vocab kernel
+where it admits the shape, inexact on NaN, else torch.argmax), ``triton`` (the multi-block
+Triton kernel alone) and ``ours`` (the public op: the CUDA cluster kernel for up to 8 rows on
+sm_90+). Every arm is checked equal to torch.argmax first (random rows, no NaN). ``--sweep``
+also times the CUDA cluster kernel's launch shapes (threads x items) at 1, 6 and 64 rows, on
+logits full of ties.
     python benchmark/kernels/bench_row_argmax.py --json bench_row_argmax.json
 """
 
 from __future__ import annotations
 
 import torch
-from common import parser, report, timed
+from common import parser, report, sglang_arm, sglang_function, timed
 
 from dsv41_kernels.ops.speculative.argmax_reduction import cuda_module
 from dsv41_kernels.ops.speculative.row_argmax import launch_triton, row_argmax, row_argmax_admission
@@ -29,7 +32,12 @@ def measure(rows: int) -> list[dict]:
         "triton": lambda: launch_triton(x, out),
         "ours": lambda: row_argmax(x, out=out),
     }
-    records = []
+    sglang, why = sglang_function(
+        "sglang.kernels.ops.speculative.dspark.dspark_accept", "_row_argmax"
+    )
+    run = lambda: sglang(x, fused=True)
+    exact = sglang is not None and torch.equal(run(), ref)
+    records = [sglang_arm("row_argmax", shape, sglang, why, run, exact=exact)]
     for arm, run in arms.items():
         run()
         exact = torch.equal(out, ref)
@@ -58,7 +66,7 @@ def sweep() -> list[dict]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--rows", default="1,2,6,16,64,128,256")
+    p.add_argument("--rows", default="1,2,6,8,16,64,128,256,384")
     p.add_argument("--sweep", action="store_true", help="also time the cluster launch shapes")
     args = p.parse_args()
     records = [r for rows in map(int, args.rows.split(",")) for r in measure(rows)]

@@ -22,6 +22,7 @@ Python puts this folder first on the path, which is how ``import common`` resolv
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -50,6 +51,28 @@ def timed(op: str, shape: str, arm: str, fn: Callable[[], object], **fields) -> 
         return record(op, shape, arm, graph_time_us(fn), **fields)
     except Exception as e:  # a launch the compiler or the graph refuses: keep the others
         return record(op, shape, arm, None, **fields, error=f"{type(e).__name__}: {e}"[:200])
+
+
+def sglang_module(module: str):
+    """``(module, None)``: an SGLang 0.5.23 module; or ``(None, why)`` where SGLang does not
+    import here (its arm is then recorded with ``us`` None and the reason)."""
+    try:
+        return importlib.import_module(module), None
+    except Exception as e:  # ImportError, or whatever a half-importable SGLang raises
+        return None, f"SGLang does not import here: {type(e).__name__}: {e}"[:200]
+
+
+def sglang_function(module: str, name: str):
+    """``(function, None)``: SGLang 0.5.23's own ``module.name``; or ``(None, why)``."""
+    found, why = sglang_module(module)
+    return (None, why) if found is None else (getattr(found, name), None)
+
+
+def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:
+    """The :data:`SGLANG_ARM` record: ``run`` timed, or the reason SGLang is absent."""
+    if fn is None:
+        return record(op, shape, SGLANG_ARM, None, error=why)
+    return timed(op, shape, SGLANG_ARM, run, **fields)
 
 
 def parser(description: str | None) -> argparse.ArgumentParser:

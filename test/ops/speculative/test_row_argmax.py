@@ -36,8 +36,8 @@ ADMISSION = [
     ((6, 129280), torch.float16, None, True, "6 rows"),
     ((64, 4096), torch.float32, None, True, "64 rows"),
     ((65, 4096), torch.float32, None, False, "65 rows"),
-    ((256, 129280), torch.float32, None, True, "256 rows"),
-    ((257, 129280), torch.float32, None, False, "257 rows"),
+    ((384, 129280), torch.float32, None, True, "384 rows"),
+    ((385, 129280), torch.float32, None, False, "385 rows"),
     ((6, 4095), torch.float32, None, False, "vocab 4095"),
     ((6, 129280), torch.float64, None, False, "dtype"),
     ((6, 8192), torch.float32, "transpose", False, "stride"),
@@ -195,7 +195,7 @@ def test_gpu_rows_and_vocab_sweep(vocab):
 @pytest.mark.gpu
 def test_gpu_many_rows_at_wide_vocab():
     gen = torch.Generator().manual_seed(5)
-    for rows in (65, 128, 256):
+    for rows in (65, 128, 256, 384):
         assert_argmax_equal(random_logits(rows, 129280, gen).cuda())
 
 
