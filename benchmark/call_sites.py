@@ -157,7 +157,7 @@ def main() -> None:
                         if any(c["sglang"] for c in counts.values()):
                             times[arm] = None  # ours declined here: not a time of ours
                             print(f"  {op} {shape}: ours declined {counts}", file=sys.stderr)
-                except Exception as e:  # e.g. SGLang's tilelang Sinkhorn where tilelang is absent
+                except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
                     times[arm] = None
                     print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
                 records.append(

@@ -190,7 +190,7 @@ def main() -> None:
         for arm, fn in arms.items():
             try:
                 times[arm] = graph_time_us(fn, inner=1, repeats=args.repeats)
-            except Exception as e:  # e.g. SGLang's tilelang Sinkhorn where tilelang is absent
+            except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
                 times[arm] = None
                 print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
             records.append(

@@ -23,6 +23,18 @@ TOP_K = 6
 IMAGE_TOKEN_ID = 129264
 
 
+def sglang_cannot_run() -> tuple[type[BaseException], ...]:
+    """What SGLang's own code raises where a piece of it cannot run here: ImportError (an
+    optional package absent, e.g. tilelang for the 2-31-row mHC Sinkhorn) and, on the GPU test
+    machine, a stand-in reached (``benchmark/sglang_env``: e.g. ``sgl_kernel.rmsnorm`` behind
+    SGLang's CUDA RMSNorm)."""
+    try:
+        from _sglang_env_standin import StandInUsed
+    except ImportError:
+        return (ImportError,)
+    return (ImportError, StandInUsed)
+
+
 @contextlib.contextmanager
 def sglang_functions(module, *names):
     """SGLang's own functions back in place of our hooks inside the block: what the call site

@@ -109,20 +109,18 @@ def test_combine_of_a_v41_layer(v41_layer, fired, rows):
     x = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().cuda()
     pre = (torch.rand(rows, 4, generator=gen) + 0.1).cuda()
     ours = mhc.combine(hc, mhc.HcState(x, pre))  # Hopper: no quantized consumer
-    with callers.sglang_functions(mhc, "_combine"):
-        theirs = mhc.combine(hc, mhc.HcState(x, pre))
+    counts = fired()["combine._combine"]
+    assert counts == {"ours": 1, "sglang": {}}, counts
     ref = callers.combine_norm_float64(x, pre, hc.norm.weight, hc.norm.variance_epsilon)
     error = callers.bf16_ulp_error(ours, ref)
-    counts = fired()["combine._combine"]
-    if counts["ours"] == 1:
-        assert error <= 1.0
-        assert error <= max(1.0, callers.bf16_ulp_error(theirs, ref))
-    else:  # the hook declined: SGLang's own branch ran, and its output is what we returned
-        (reason,) = counts["sglang"]
-        branch = (
-            callers.sm90_combine_branch(rows) if torch.cuda.get_device_capability()[0] == 9 else "-"
-        )
-        assert torch.equal(ours, theirs), f"declined ({reason}); SGLang ran {branch}"
+    assert error <= 1.0
+    branch = callers.sm90_combine_branch(rows)
+    try:
+        with callers.sglang_functions(mhc, "_combine"):
+            theirs = mhc.combine(hc, mhc.HcState(x, pre))
+    except callers.sglang_cannot_run() as e:
+        pytest.skip(f"SGLang's own {branch} does not run here ({type(e).__name__}: {e})")
+    assert error <= max(1.0, callers.bf16_ulp_error(theirs, ref)), f"SGLang's {branch} is closer"
 
 
 @pytest.mark.parametrize("rows", ROWS)
@@ -145,7 +143,7 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     try:
         with callers.sglang_functions(mhc, "_mix_stats_impl"):
             theirs = mhc.mix_stats(hc, x)
-    except ImportError as e:  # tilelang absent: SGLang's 2-31-row branch cannot run here
+    except callers.sglang_cannot_run() as e:  # e.g. tilelang absent: the 2-31-row branch
         pytest.skip(f"SGLang's own {branch} does not run here ({e}); ours: error {error:.2e}")
     assert error <= callers.stats_error(theirs, ref), f"SGLang's {branch} is closer"
 
