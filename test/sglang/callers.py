@@ -202,8 +202,10 @@ def combine_norm_float64(x, pre, weight, eps):
 
 
 def bf16_ulp_error(y, ref) -> float:
-    """max |y - ref| in units of one bf16 ulp at ref (ref in float64, nonzero)."""
-    ulp = torch.exp2(torch.floor(torch.log2(ref.abs())) - 7)
+    """max |y - ref| in units of one bf16 ulp at ref's magnitude (ref in float64; an exact 0
+    or a subnormal counts the ulp of the smallest normal)."""
+    _, exponent = torch.frexp(ref)
+    ulp = torch.ldexp(torch.ones_like(ref), torch.clamp(exponent - 1, min=-126) - 7)
     return ((y.double() - ref).abs() / ulp).max().item()
 
 
