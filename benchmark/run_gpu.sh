@@ -31,6 +31,11 @@ if [ "$phase" != bench ]; then
   tail -n 3 "$out/check.log"
 fi
 if [ "$phase" != tests ]; then
+  for module in call_sites verify_cycle; do
+    timeout 240 python3 -m "benchmark.$module" --json "$out/$module.json" > "$out/$module.log" 2>&1 \
+      || status=1
+    cat "$out/$module.log"
+  done
   for bench in row_argmax accept_greedy decoding_sched_meta mxfp8_quantize hc_combine_norm \
     moe_fused_gate hc_mix_stats; do
     echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
@@ -40,11 +45,6 @@ if [ "$phase" != tests ]; then
     fi
     timeout 240 python3 "benchmark/kernels/bench_$bench.py" --json "$out/bench_$bench.json" \
       "${sweep[@]}" >> "$out/bench.log" 2>&1 || status=1
-  done
-  for module in call_sites verify_cycle; do
-    timeout 240 python3 -m "benchmark.$module" --json "$out/$module.json" > "$out/$module.log" 2>&1 \
-      || status=1
-    cat "$out/$module.log"
   done
 fi
 exit $status
