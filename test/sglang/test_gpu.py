@@ -46,16 +46,29 @@ def assert_accept_equal(ours, theirs, what):
         assert torch.equal(ours[name], value), (what, name)
 
 
-@pytest.mark.parametrize("bs", [1, 4, 16, 64])
+@pytest.mark.parametrize("bs", [1, 4, 16, 32])
 def test_verify_epilogue_eager(plugin, fired, bs):
     with_nan, nan_free = accept_case(bs, bs, nan=True), accept_case(bs, 100 + bs, nan=False)
     ours_nan = with_nan.run(callers.verify_epilogue(bs, "cuda"))
     ours = nan_free.run(callers.verify_epilogue(bs, "cuda"))
-    assert fired()[ACCEPT_HOOK] == {"ours": 2, "sglang": {}}  # up to 384 rows: bs 64
+    assert fired()[ACCEPT_HOOK] == {"ours": 2, "sglang": {}}
     assert_accept_equal(ours_nan, sglang_accept(with_nan, fused_argmax=False), "torch.argmax")
     assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=False), "torch.argmax")
     # SGLang's own V4.1 accept (its fused argmax) agrees wherever no row holds NaN.
     assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=True), "SGLang 0.5.23")
+
+
+def test_verify_epilogue_declines_where_measured_slower(plugin, fired):
+    """bs 64 (384 rows) on SM90: SGLang's own accept measured faster, so it runs there."""
+    if torch.cuda.get_device_capability()[0] != 9:
+        pytest.skip("measured on SM90 only")
+    step = accept_case(64, 64, nan=False)
+    ours = step.run(callers.verify_epilogue(64, "cuda"))
+    counts = fired()[ACCEPT_HOOK]
+    assert counts["ours"] == 0
+    (reason,) = counts["sglang"]
+    assert reason.startswith("measured slower than SGLang 0.5.23")
+    assert_accept_equal(ours, sglang_accept(step, fused_argmax=True), "SGLang 0.5.23")
 
 
 @pytest.mark.parametrize("bs", [1, 4, 16])
@@ -110,11 +123,15 @@ def test_combine_of_a_v41_layer(v41_layer, fired, rows):
     pre = (torch.rand(rows, 4, generator=gen) + 0.1).cuda()
     ours = mhc.combine(hc, mhc.HcState(x, pre))  # Hopper: no quantized consumer
     counts = fired()["combine._combine"]
+    branch = callers.sm90_combine_branch(rows)
+    if counts["ours"] == 0:  # declined where measured slower: SGLang's own branch ran
+        (reason,) = counts["sglang"]
+        assert reason.startswith("measured slower than SGLang 0.5.23"), (reason, branch)
+        return
     assert counts == {"ours": 1, "sglang": {}}, counts
     ref = callers.combine_norm_float64(x, pre, hc.norm.weight, hc.norm.variance_epsilon)
     error = callers.bf16_ulp_error(ours, ref)
     assert error <= 1.0
-    branch = callers.sm90_combine_branch(rows)
     try:
         with callers.sglang_functions(mhc, "_combine"):
             theirs = mhc.combine(hc, mhc.HcState(x, pre))

@@ -64,3 +64,42 @@ def test_refusal_with_two_holders_on_one_layer(plugin):
     assert "'ffn'" in layer._derived_weight_cache_error
     ffn.release()
     assert layer._derived_weight_cache_error is None
+
+
+# (switch, sm_major, rows, declines): where a hook measured slower than SGLang's own function
+MEASURED = [
+    ("router", None, 6, True),  # every architecture: never measured faster
+    ("router", 10, 1024, True),
+    ("accept", 9, 6, False),
+    ("accept", 9, 192, False),
+    ("accept", 9, 384, True),
+    ("accept", 10, 384, False),  # measured on the H200 only
+    ("mhc", 9, 128, False),
+    ("mhc", 9, 256, True),
+    ("mhc", 9, 4095, True),
+    ("mhc", 9, 4096, False),
+    ("combine", 9, 64, False),
+    ("combine", 9, 96, True),
+    ("combine", 9, 2048, False),  # SGLang's branch there cannot run on the test machine
+    ("combine", 9, 4096, True),
+    ("sched", 9, 6, False),
+]
+
+
+@pytest.mark.parametrize("switch, arch, rows, declines", MEASURED)
+def test_measured_slower_table(monkeypatch, switch, arch, rows, declines):
+    import types
+
+    from dsv41_kernels.sglang_plugin import measured
+
+    monkeypatch.delenv(measured.FORCE_ENV, raising=False)
+    monkeypatch.setattr(measured, "sm_major", lambda index: arch)
+    on_gpu = types.SimpleNamespace(
+        is_cuda=arch is not None, device=types.SimpleNamespace(index=0), shape=(rows, 8)
+    )
+    refusal = measured.slower_than_sglang(switch, on_gpu)
+    assert (refusal is not None) == declines
+    if declines:
+        assert refusal.reason.startswith("measured slower than SGLang 0.5.23 here")
+        monkeypatch.setenv(measured.FORCE_ENV, f"{switch},x")  # lifted for that switch
+        assert measured.slower_than_sglang(switch, on_gpu) is None

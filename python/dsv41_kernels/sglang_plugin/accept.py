@@ -28,6 +28,7 @@ from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
 from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
 
 _MODULE = "sglang.kernels.ops.speculative.dspark.dspark_accept"
 _ACCEPT_KEYWORDS = frozenset(
@@ -69,6 +70,9 @@ def accept_admission(
         cutoff_verify_lens.dtype not in _INDEX_DTYPES or tuple(cutoff_verify_lens.shape) != (bs,)
     ):
         return refuse("cutoff_verify_lens not int [bs]")
+    slower = slower_than_sglang("accept", target_logits)
+    if slower is not None:
+        return slower
     return accept_greedy_admission(candidates, target_logits, cutoff_verify_lens)
 
 

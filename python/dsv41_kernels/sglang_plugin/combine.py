@@ -26,6 +26,7 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm_mxfp8,
 )
 from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
 MAX_QUANTIZED_ROWS = 128
@@ -44,6 +45,9 @@ def combine_admission(hc, state, quantize: bool) -> Admission:
         return refuse("residual or norm weight not bf16")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
+    slower = slower_than_sglang("combine", x)
+    if slower is not None:
+        return slower
     return hc_combine_norm_admission(x.flatten(1), pre, norm.weight, quantize=quantize)
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import torch
+
 from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.jit import sm_major
 
 FORCE_ENV = "DSV41_KERNELS_FORCE"
 
@@ -26,14 +29,44 @@ class SlowerThanSGLang:
     figures: str
 
 
+CALL_SITES = "benchmark/call_sites.py, docs/results/h200-2026-12-01"
 SLOWER = (
     SlowerThanSGLang(
         "router",
         None,
         range(0, 1 << 31),
-        "SGLang's one-launch packed gate is faster: 2.94 / 3.00 / 3.21 us against our "
-        "3.67 / 3.73 / 3.90 us at T = 1 / 6 / 64 on the H200 (bench_moe_fused_gate.py); "
+        "SGLang's one-launch packed gate is faster: 2.91 / 3.00 / 3.07 / 4.57 us against our "
+        f"3.65 / 3.72 / 3.77 / 4.83 us at T = 1 / 6 / 64 / 1024 on the H200 ({CALL_SITES}); "
         "not measured faster on any GPU",
+    ),
+    SlowerThanSGLang(
+        "accept",
+        9,
+        range(193, 1 << 31),
+        "SGLang's accept_greedy_triton (fused argmax) takes 51.47 us against our 52.24 us at "
+        f"bs 64 x 6 rows on the H200 ({CALL_SITES}); ours wins up to bs 32 (192 rows)",
+    ),
+    SlowerThanSGLang(
+        "mhc",
+        9,
+        range(129, 4096),
+        "SGLang's hc_mix_stats_sinkhorn_bf16x3 is faster from 256 to 2048 rows on the H200 "
+        "(14.63 / 14.72 / 22.18 / 36.42 us against our 14.76 / 17.99 / 26.94 / 39.55; "
+        f"{CALL_SITES}); ours wins at 128 and from 4096",
+    ),
+    SlowerThanSGLang(
+        "combine",
+        9,
+        range(65, 97),
+        f"SGLang's fused hc_combine_norm: 2.91 us against our 2.93 at 96 rows on the H200 "
+        f"({CALL_SITES}); ours wins up to 64",
+    ),
+    SlowerThanSGLang(
+        "combine",
+        9,
+        range(4096, 1 << 31),
+        "SGLang's fused hc_combine_norm is faster from 4096 rows on the H200 (51.98 / 193.7 / "
+        f"761.4 us against our 54.38 / 207.3 / 812.0 at 4096 / 16384 / 65536; {CALL_SITES})",
     ),
 )
 
@@ -43,12 +76,18 @@ def forced(switch: str, environ=os.environ) -> bool:
     return switch in names or "all" in names
 
 
-def slower_than_sglang(switch: str, sm_major: int | None, rows: int) -> Admission | None:
-    """The refusal where ``switch`` measured slower than SGLang's own function, else None."""
+def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
+    """The refusal where ``switch`` measured slower than SGLang's own function for ``rows``
+    (its leading dimension is the row count; its device, the GPU), else None."""
     if forced(switch):
         return None
+    arch = sm_major(rows.device.index) if rows.is_cuda else None
     for entry in SLOWER:
-        if entry.switch == switch and entry.sm_major in (None, sm_major) and rows in entry.rows:
+        if (
+            entry.switch == switch
+            and entry.sm_major in (None, arch)
+            and rows.shape[0] in entry.rows
+        ):
             return refuse(f"measured slower than SGLang 0.5.23 here: {entry.figures}")
     return None
 

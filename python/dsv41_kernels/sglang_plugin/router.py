@@ -30,7 +30,6 @@ from sglang.srt.multimodal.dsv41 import vl_routing
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, admit, refuse
-from dsv41_kernels.jit import sm_major
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
 from dsv41_kernels.sglang_plugin import dispatch
 from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
@@ -69,8 +68,6 @@ def emits_packed_ids(
     return admit("packed ids", f"{PACKED_RUNNER} consumes packed ids")
 
 
-
-
 def _enum_value(member) -> str | None:
     return None if member is None else getattr(member, "value", str(member))
 
@@ -83,8 +80,7 @@ def router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_i
         return refuse("routing simulation is on")
     if torch.version.hip is not None:
         return refuse("ROCm: SGLang routes in torch there")
-    arch = sm_major(logits.device.index) if logits.is_cuda else None
-    slower = slower_than_sglang("router", arch, logits.shape[0])
+    slower = slower_than_sglang("router", logits)
     if slower is not None:
         return slower
     return moe_fused_gate_admission(
