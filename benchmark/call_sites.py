@@ -50,7 +50,7 @@ def accept_cases(device):
             fused_argmax=True,
         )
         run = lambda kwargs=kwargs: dspark_accept.AcceptGreedy.execute(**kwargs)
-        patch = (dspark_accept, ("accept_greedy_triton", "accept_greedy"))
+        patch = (dspark_accept, ())
         yield "accept", f"bs {bs} x 6, vocab 129280", bs * callers.VERIFY_ROWS, run, patch
 
 

@@ -35,12 +35,29 @@ def sglang_cannot_run() -> tuple[type[BaseException], ...]:
     return (ImportError, StandInUsed)
 
 
+def hooked_names(module) -> list[str]:
+    """The functions of ``module`` that the plugin hooks (every site's ``HOOKS``)."""
+    import importlib
+
+    from dsv41_kernels.sglang_plugin import SITES
+
+    names = []
+    for site in SITES:
+        for target, _, _ in importlib.import_module(site.module).HOOKS:
+            owner, _, name = target.rpartition(".")
+            if owner == module.__name__:
+                names.append(name)
+    return names
+
+
 @contextlib.contextmanager
 def sglang_functions(module, *names):
     """SGLang's own functions back in place of our hooks inside the block: what the call site
-    runs with the plugin off."""
+    runs with the plugin off. ``names`` default to every function of ``module`` the plugin
+    hooks, so a function SGLang calls from another (``_row_argmax`` inside the accept) is
+    SGLang's too."""
     with pytest.MonkeyPatch.context() as patch:
-        for name in names:
+        for name in names or hooked_names(module):
             patch.setattr(module, name, getattr(module, name).__wrapped__)
         yield
 

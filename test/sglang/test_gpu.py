@@ -35,7 +35,7 @@ def sglang_accept(step, *, fused_argmax):
     torch.argmax (the composition the accept rule is defined over)."""
     from sglang.kernels.ops.speculative.dspark import dspark_accept
 
-    with callers.sglang_functions(dspark_accept, "accept_greedy", "accept_greedy_triton"):
+    with callers.sglang_functions(dspark_accept):
         epilogue = callers.verify_epilogue(step.batch.batch_size, "cuda", fused_argmax=fused_argmax)
         return step.run(epilogue)
 
@@ -46,7 +46,7 @@ def assert_accept_equal(ours, theirs, what):
         assert torch.equal(ours[name], value), (what, name)
 
 
-@pytest.mark.parametrize("bs", [1, 4, 16, 32])
+@pytest.mark.parametrize("bs", [1, 4, 16, 64])
 def test_verify_epilogue_eager(plugin, fired, bs):
     with_nan, nan_free = accept_case(bs, bs, nan=True), accept_case(bs, 100 + bs, nan=False)
     ours_nan = with_nan.run(callers.verify_epilogue(bs, "cuda"))
@@ -56,19 +56,6 @@ def test_verify_epilogue_eager(plugin, fired, bs):
     assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=False), "torch.argmax")
     # SGLang's own V4.1 accept (its fused argmax) agrees wherever no row holds NaN.
     assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=True), "SGLang 0.5.23")
-
-
-def test_verify_epilogue_declines_where_measured_slower(plugin, fired):
-    """bs 64 (384 rows) on SM90: SGLang's own accept measured faster, so it runs there."""
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("measured on SM90 only")
-    step = accept_case(64, 64, nan=False)
-    ours = step.run(callers.verify_epilogue(64, "cuda"))
-    counts = fired()[ACCEPT_HOOK]
-    assert counts["ours"] == 0
-    (reason,) = counts["sglang"]
-    assert reason.startswith("measured slower than SGLang 0.5.23")
-    assert_accept_equal(ours, sglang_accept(step, fused_argmax=True), "SGLang 0.5.23")
 
 
 @pytest.mark.parametrize("bs", [1, 4, 16])
@@ -133,7 +120,7 @@ def test_combine_of_a_v41_layer(v41_layer, fired, rows):
     error = callers.bf16_ulp_error(ours, ref)
     assert error <= 1.0
     try:
-        with callers.sglang_functions(mhc, "_combine"):
+        with callers.sglang_functions(mhc):
             theirs = mhc.combine(hc, mhc.HcState(x, pre))
     except callers.sglang_cannot_run() as e:
         pytest.skip(f"SGLang's own {branch} does not run here ({type(e).__name__}: {e})")
@@ -158,7 +145,7 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     assert error <= 1e-6, error  # the compensated statistics' bound against float64
     branch = callers.sm90_mix_stats_branch(rows)
     try:
-        with callers.sglang_functions(mhc, "_mix_stats_impl"):
+        with callers.sglang_functions(mhc):
             theirs = mhc.mix_stats(hc, x)
     except callers.sglang_cannot_run() as e:  # e.g. tilelang absent: the 2-31-row branch
         pytest.skip(f"SGLang's own {branch} does not run here ({e}); ours: error {error:.2e}")

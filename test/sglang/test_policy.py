@@ -71,9 +71,8 @@ MEASURED = [
     ("router", None, 6, True),  # every architecture: never measured faster
     ("router", 10, 1024, True),
     ("accept", 9, 6, False),
-    ("accept", 9, 192, False),
-    ("accept", 9, 384, True),
-    ("accept", 10, 384, False),  # measured on the H200 only
+    ("accept", 9, 384, False),
+    ("mhc", 10, 1024, False),  # measured on the H200 only
     ("mhc", 9, 128, False),
     ("mhc", 9, 256, True),
     ("mhc", 9, 4095, True),

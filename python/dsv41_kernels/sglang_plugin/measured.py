@@ -40,13 +40,6 @@ SLOWER = (
         "not measured faster on any GPU",
     ),
     SlowerThanSGLang(
-        "accept",
-        9,
-        range(193, 1 << 31),
-        "SGLang's accept_greedy_triton (fused argmax) takes 51.47 us against our 52.24 us at "
-        f"bs 64 x 6 rows on the H200 ({CALL_SITES}); ours wins up to bs 32 (192 rows)",
-    ),
-    SlowerThanSGLang(
         "mhc",
         9,
         range(129, 4096),
