@@ -18,3 +18,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def prebuilt_modules() -> dict[str, dict]:
+    """The package's prebuilt folder with every module current (its manifest's entries): what
+    the prebuild step of ``.ci/run`` made, else built now where nvcc is (incrementally)."""
+    from dsv41_kernels import jit, prebuild
+
+    try:
+        return prebuild.prebuild(jit.PREBUILT, log=lambda line: None)
+    except RuntimeError as e:
+        pytest.skip(f"no prebuilt modules: {e}")

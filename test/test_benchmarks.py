@@ -52,3 +52,21 @@ def test_records_table_and_json(on_script_path, tmp_path):
     path = tmp_path / "out" / "bench.json"
     common.write_json(path, records)
     assert json.loads(path.read_text()) == {"records": records}
+
+
+def test_first_call_summary_over_processes():
+    sys.path.insert(0, str(KERNELS.parent))
+    try:
+        first_call = importlib.import_module("first_call")
+    finally:
+        sys.path.remove(str(KERNELS.parent))
+    run = {"op": "row_argmax", "module": "row_argmax", "load_s": 0.01, "first_ms": 2.0}
+    runs = [
+        [{**run, "source": "built now", "load_s": 9.0, "second_ms": 0.03}],
+        [{**run, "source": "cached", "second_ms": 0.05}],
+    ]
+    (row,) = first_call.summary(runs)
+    assert row["sources"] == ["built now", "cached"] and row["processes"] == 2
+    assert (row["max_load_s"], row["max_first_ms"], row["median_second_ms"]) == (9.0, 2.0, 0.04)
+    line = first_call.table([row]).splitlines()[1]
+    assert line.split()[:4] == ["row_argmax", "row_argmax", "built", "now,"]

@@ -11,7 +11,7 @@ from dsv41_kernels.admission import admit, refuse
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.check import run_case
 
-KEYS = {"op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us"}
+KEYS = {"op", "shape", "path", "module", "reason", "exact", "mismatches", "us", "baseline_us"}
 
 
 def test_json_records_for_one_op(capsys):
@@ -43,6 +43,16 @@ def test_inexact_case_fails_the_run(monkeypatch, capsys):
     assert cli.main(["check", "--json"]) == 1
     record = json.loads(capsys.readouterr().out)
     assert record["exact"] is False and record["mismatches"] == 1
+
+
+def test_the_module_column_says_where_the_cuda_module_came_from(monkeypatch):
+    monkeypatch.setattr(check_module, "module_source", {"row_argmax": "prebuilt"}.get)
+    ran = torch.zeros(1)
+    cuda = CheckCase(
+        "fake", "[1]", admit("cuda", module="row_argmax"), lambda: ran, lambda: ran, bit_mismatches
+    )
+    assert run_case(cuda, timed=False)["module"] == "prebuilt"
+    assert run_case(_case(ran, ran), timed=False)["module"] is None
 
 
 def test_a_raising_op_is_reported_not_fatal():
@@ -83,12 +93,19 @@ def test_every_op_module_registers_cases():
         assert expected in ops
 
 
-def test_jit_says_what_is_missing(monkeypatch):
+def test_jit_says_what_is_missing(monkeypatch, tmp_path):
+    """No prebuilt module, an empty cache and no nvcc: the error says nvcc is missing."""
     from dsv41_kernels import jit
 
     monkeypatch.setattr(jit.shutil, "which", lambda name: None)
     monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.setattr(jit, "PREBUILT", tmp_path / "prebuilt")
+    monkeypatch.setattr(jit, "CACHE", tmp_path / "cache")
+    monkeypatch.setattr(jit, "device_arch", lambda device_index: "9.0a")
+    monkeypatch.setattr(jit, "toolchain_available", lambda: False)
+    jit.prebuilt_manifest.cache_clear()
     jit.load_module.cache_clear()
     with pytest.raises(RuntimeError, match="nvcc"):
         jit.load_module("row_argmax")
     jit.load_module.cache_clear()
+    jit.prebuilt_manifest.cache_clear()

@@ -20,15 +20,19 @@ from dataclasses import dataclass
 
 import torch
 
+from dsv41_kernels.jit import module_available
+
 
 @dataclass(frozen=True)
 class Admission:
     """``ok``: the kernel path is taken; ``reason``: why, in a few words; ``kernel``: which
-    kernel runs (the op's own name for it, e.g. ``"triton"``), None when refused."""
+    kernel runs (the op's own name for it, e.g. ``"triton"``), None when refused; ``module``:
+    the CUDA module that kernel loads (``sgl-kernel/csrc/<module>.cu``), None for the others."""
 
     ok: bool
     reason: str
     kernel: str | None = None
+    module: str | None = None
 
     def __bool__(self) -> bool:
         return self.ok
@@ -38,8 +42,8 @@ class Admission:
         return "kernel" if self.ok else "fallback"
 
 
-def admit(kernel: str, reason: str | None = None) -> Admission:
-    return Admission(True, kernel if reason is None else reason, kernel)
+def admit(kernel: str, reason: str | None = None, module: str | None = None) -> Admission:
+    return Admission(True, kernel if reason is None else reason, kernel, module)
 
 
 def refuse(reason: str) -> Admission:
@@ -77,3 +81,14 @@ def check_tensor(name: str, t: object, *, dtypes=None, ndim: int | None = None) 
             f"{name} must have dtype in ({names}), got {str(t.dtype).replace('torch.', '')}"
         )
     return t
+
+
+def cuda_kernel_runs(module: str, t: torch.Tensor, fits: bool) -> tuple[bool, str]:
+    """Whether a CUDA kernel of ``module`` runs on ``t``'s device, and a note for the
+    admission's reason. It runs when ``fits`` (the kernel's arch and layout conditions) and the
+    module can be had (:func:`dsv41_kernels.jit.module_available`: prebuilt, cached or built
+    on first use); the note says from where, or why not, and is empty when it does not fit."""
+    if not fits:
+        return False, ""
+    found = module_available(module, t.device.index or 0)
+    return found.ok, f" ({module}: {found.reason})"

@@ -22,6 +22,7 @@ from dsv41_kernels.cases import (
     row_argmax,
 )
 from dsv41_kernels.cases.common import CheckCase
+from dsv41_kernels.jit import module_source
 from dsv41_kernels.timing import graph_time_us
 
 CASE_MODULES = (
@@ -47,7 +48,9 @@ def cases(device: torch.device, small: bool, only: Iterable[str] | None = None) 
 
 def run_case(case: CheckCase, *, timed: bool) -> dict:
     """One record. An op that raises counts as inexact, with the error as its reason; a timing
-    that fails leaves its time empty and says why, without touching exactness."""
+    that fails leaves its time empty and says why, without touching exactness. ``module``:
+    where the CUDA module the op ran came from (prebuilt, cached or built now), None when
+    it ran none."""
     us = baseline_us = None
     reason = case.admission.reason
     try:
@@ -64,6 +67,7 @@ def run_case(case: CheckCase, *, timed: bool) -> dict:
         "op": case.op,
         "shape": case.shape,
         "path": case.admission.path,
+        "module": module_source(case.admission.module) if case.admission.module else None,
         "reason": reason,
         "exact": bad == 0,
         "mismatches": bad,

@@ -9,7 +9,7 @@ import sys
 
 
 def _table(records: list[dict]) -> str:
-    cols = ["op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us"]
+    cols = ["op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us", "module"]
     rows = [cols]
     for r in records:
         row = []
@@ -19,6 +19,8 @@ def _table(records: list[dict]) -> str:
                 v = "yes" if v else "NO"
             elif c in ("us", "baseline_us"):
                 v = "-" if v is None else f"{v:.2f}"
+            elif c == "module":
+                v = v or "-"
             row.append(str(v))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(cols))]

@@ -11,7 +11,7 @@ from dsv41_kernels.cases.hc_combine_norm import (
     triton_forms,
     unfused,
 )
-from dsv41_kernels.jit import sm_major, toolchain_available
+from dsv41_kernels.jit import module_available, sm_major
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
     CUDA_CLUSTER,
     TRITON,
@@ -346,8 +346,8 @@ def test_gpu_fused_equals_unfused_and_reference():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(
-    not (toolchain_available() and torch.cuda.is_available() and sm_major(0) >= 9),
-    reason="the CUDA cluster kernel needs sm_90+ and a CUDA toolchain",
+    not (torch.cuda.is_available() and sm_major(0) >= 9 and module_available("hc_combine_norm", 0)),
+    reason="the CUDA cluster kernel needs sm_90+ and its module (prebuilt, or a toolchain)",
 )
 def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one():
     for m, h in ((1, 5120), (6, 5120), (300, 4096), (130, 1024 + 32)):

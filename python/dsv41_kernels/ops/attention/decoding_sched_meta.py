@@ -23,20 +23,19 @@ FlashMLA-structured baseline kernel (``baseline_decoding_sched_meta`` in the sam
 partitions (``[b, b - 1, 0, end block of request b - 1, 0, 0, 0]``: ``begin_block_idx = 0`` as
 sgl-flash-mla 1.0.0 writes it) and ``_pad`` (written 0; FlashMLA never writes it). The kernel
 path never syncs the host and never allocates, so it can be captured in a CUDA graph; the
-fallback (CPU tensors, non-contiguous layouts, no tvm-ffi) runs the reference on the lengths'
-values, which syncs when they live on a GPU.
+fallback (CPU tensors, non-contiguous layouts, no CUDA module: none prebuilt, cached or
+buildable) runs the reference on the lengths' values, which syncs when they live on a GPU.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 from dataclasses import dataclass
 
 import torch
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
-from dsv41_kernels.jit import load_module
+from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
 
 # FlashMLA's constants (deepseek-ai/FlashMLA csrc/api/sparse_decode.h, dense_decode.h; restated
@@ -155,8 +154,9 @@ def _validate(
 def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor]) -> Admission:
     if not tile_scheduler_metadata.is_cuda:
         return refuse(f"{tile_scheduler_metadata.device.type} tensors: the kernel is CUDA")
-    if importlib.util.find_spec("tvm_ffi") is None:
-        return refuse("apache-tvm-ffi is not installed")
+    found = module_available(_MODULE, tile_scheduler_metadata.device.index)
+    if not found:
+        return refuse(f"{_MODULE}: {found.reason}")
     outputs = {"tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
     for name, t in {**outputs, **lengths}.items():
         if not t.is_contiguous():
@@ -164,7 +164,7 @@ def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor])
     if tile_scheduler_metadata.data_ptr() % 16 != 0:
         return refuse("tile_scheduler_metadata is not 16-byte aligned (records are stored as int4)")
     batch, parts = num_splits.shape[0] - 1, tile_scheduler_metadata.shape[0]
-    return admit(CUDA, f"cuda, batch {batch}, {parts} parts")
+    return admit(CUDA, f"cuda, batch {batch}, {parts} parts ({_MODULE}: {found.reason})", _MODULE)
 
 
 def decoding_sched_meta_admission(

@@ -17,7 +17,7 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   (batch-invariant), and ``hc_combine_norm`` and the fused form, which always take the same
   kernel for the same shapes, give the same y:
 
-  - on sm_90+ (with a CUDA toolchain and aligned rows, :func:`cuda_kernel_fits`) the CUDA
+  - on sm_90+ (with its module at hand and aligned rows, :func:`cuda_kernel_fits`) the CUDA
     kernel ``sgl-kernel/csrc/hc_combine_norm.cu``: a row is split over a thread-block cluster
     of C CTAs (C = 4 for H = 5120 and 4096), each holding H/C columns, and the sum is per
     thread in column order, a butterfly over each warp, then the warp sums of the whole
@@ -59,8 +59,16 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
-from dsv41_kernels.jit import load_module, sm_major, toolchain_available
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_tensor,
+    cuda_kernel_runs,
+    invalid,
+    refuse,
+    triton_device,
+)
+from dsv41_kernels.jit import load_module, sm_major
 from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
@@ -76,6 +84,7 @@ from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
 MAX_ROW_BLOCK = 16384  # values of one row held in registers (both tiles)
 CUDA_CLUSTER = "cuda cluster"
 TRITON = "triton"
+MODULE = "hc_combine_norm"  # sgl-kernel/csrc/hc_combine_norm.cu
 
 
 class KernelVariant(NamedTuple):
@@ -150,8 +159,10 @@ def _plan(x, weight, y, *, quantize: bool) -> Admission:
     if y is not None and y.stride(1) != 1:
         return refuse("out y's last-dim stride != 1")
     form = "combine+norm+mxfp8" if quantize else "combine+norm"
-    kernel = CUDA_CLUSTER if cuda_kernel_fits(x, weight, y) else TRITON
-    return admit(kernel, f"{where.reason}, {kernel}, {form}, H = {h}")
+    cuda, note = cuda_kernel(x, weight, y)
+    kernel = CUDA_CLUSTER if cuda else TRITON
+    reason = f"{where.reason}, {kernel}{note}, {form}, H = {h}"
+    return admit(kernel, reason, MODULE if cuda else None)
 
 
 def hc_combine_norm_admission(
@@ -180,14 +191,17 @@ def _cuda_cluster(h: int) -> int:
     return next(c for c in (4, 2, 1) if h % (SF_VEC_SIZE * c) == 0)
 
 
-def cuda_kernel_fits(x, weight, y=None) -> bool:
-    """The CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) can run, for both
-    forms alike: sm_90+ (thread-block clusters), a CUDA toolchain, 16-byte aligned
-    rows of x and of y (the caller's ``out``, if any) and a contiguous 16-byte aligned weight.
-    Pure: shapes, strides, alignment and the device."""
+def cuda_kernel(x, weight, y=None) -> tuple[bool, str]:
+    """Whether the CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) runs, for both
+    forms alike: sm_90+ (thread-block clusters), 16-byte aligned rows of x and of y (the
+    caller's ``out``, if any), a contiguous 16-byte aligned weight and its module at hand; with
+    the note for the admission's reason (:func:`~dsv41_kernels.admission.cuda_kernel_runs`).
+    Pure: shapes, strides, alignment, the device and the module's files."""
     h = x.shape[1] // HC_MULT
     aligned = lambda t: t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and t.stride(0) * 2 % 16 == 0
-    return (
+    return cuda_kernel_runs(
+        MODULE,
+        x,
         x.is_cuda
         and h % SF_VEC_SIZE == 0
         and h // _cuda_cluster(h) <= CUDA_MAX_CTA_COLUMNS
@@ -196,9 +210,13 @@ def cuda_kernel_fits(x, weight, y=None) -> bool:
         and (y is None or aligned(y))
         and weight.is_contiguous()
         and weight.data_ptr() % 16 == 0
-        and sm_major(x.device.index or 0) >= 9
-        and toolchain_available()
+        and sm_major(x.device.index or 0) >= 9,
     )
+
+
+def cuda_kernel_fits(x, weight, y=None) -> bool:
+    """Whether the CUDA cluster kernel runs (:func:`cuda_kernel`)."""
+    return cuda_kernel(x, weight, y)[0]
 
 
 def _epilogue_writes(quantized: Mxfp8SwizzledInput, cuda: bool) -> bool:
@@ -448,7 +466,7 @@ def run_kernel(
     fused = quantized is not None and _epilogue_writes(quantized, cuda)
     if cuda:
         data, scales = (quantized.data.view(torch.uint8), quantized.scales) if fused else (y, y)
-        module = load_module("hc_combine_norm", x.device.index or 0)
+        module = load_module(MODULE, x.device.index or 0)
         module.hc_combine_norm_cuda(x, pre, weight, y, data, scales, eps, fused)
     else:
         launch(x, pre, weight, eps, y, quantized if fused else None, variant)

@@ -14,7 +14,7 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 - ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
   per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
   reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
-  the gates and the 20-iteration Sinkhorn. On sm_80+ with a CUDA toolchain the projection is
+  the gates and the 20-iteration Sinkhorn. On sm_80+ with its module at hand the projection is
   the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared
   memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s where the Triton
   projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2); elsewhere Triton.
@@ -45,9 +45,10 @@ import torch
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
+    MODULE,
     SplitKConfig,
     check_config,
-    cuda_kernel_fits,
+    cuda_kernel,
     launch,
     num_sms,
     split_k_config,
@@ -109,14 +110,16 @@ def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
     if x.dtype != torch.bfloat16:
         return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
     path, why = _path(x.shape[0], mode)
-    projection = TRITON
+    projection, module = TRITON, None
     if path in ("compensated", "batch_invariant"):
-        if cuda_kernel_fits(x.flatten(1)):
-            projection = CUDA
+        cuda, note = cuda_kernel(x.flatten(1))
+        if cuda:
+            projection, module = CUDA, MODULE
             why += ", CUDA mma.sync projection"
+        why += note
         if not derived:
             why += ", fn split on every call (pass HcDerivedWeights)"
-    return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})")
+    return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
 
 
 def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admission:

@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import triton_interpreter
-from dsv41_kernels.jit import load_module, sm_major, toolchain_available
+from dsv41_kernels.admission import cuda_kernel_runs, triton_interpreter
+from dsv41_kernels.jit import load_module, sm_major
 from dsv41_kernels.ops.mhc.hc_derived_weights import LO_COLUMN, PACKED_COLUMNS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
 
@@ -36,24 +36,33 @@ _MIX = tl.constexpr(HC_MIX)
 _GATE_N = tl.constexpr(_GATE_COLUMNS)
 
 
+MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection
 CUDA_ROWS_PER_CTA = 128
 """Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_stats.cu``)."""
 
 
-def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
-    """The compensated projection can run the CUDA kernel (cp.async pipeline, TF32 mma.sync)
-    instead of the Triton one: sm_80+, a CUDA toolchain, ``K % 64 == 0`` and
-    16-byte aligned rows of stride 1. Pure: shapes, strides, alignment and the device."""
-    return (
+def cuda_kernel(x2d: torch.Tensor) -> tuple[bool, str]:
+    """Whether the compensated projection runs the CUDA kernel (cp.async pipeline, TF32
+    mma.sync) instead of the Triton one: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of
+    stride 1 and its module at hand; with the note for the admission's reason
+    (:func:`~dsv41_kernels.admission.cuda_kernel_runs`). Pure: shapes, strides, alignment, the
+    device and the module's files."""
+    return cuda_kernel_runs(
+        MODULE,
+        x2d,
         x2d.is_cuda
         and x2d.dtype == torch.bfloat16
         and x2d.shape[1] % 64 == 0
         and x2d.stride(1) == 1
         and x2d.data_ptr() % 16 == 0
         and (x2d.stride(0) * 2) % 16 == 0
-        and sm_major(x2d.device.index or 0) >= 8
-        and toolchain_available()
+        and sm_major(x2d.device.index or 0) >= 8,
     )
+
+
+def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
+    """Whether the compensated projection runs the CUDA kernel (:func:`cuda_kernel`)."""
+    return cuda_kernel(x2d)[0]
 
 
 @dataclass(frozen=True)
@@ -422,7 +431,7 @@ def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, pos
     partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
     sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
     if cuda:
-        load_module("hc_mix_stats", device.index or 0).hc_mix_partials_tf32(x2d, w, partial, sqsum)
+        load_module(MODULE, device.index or 0).hc_mix_partials_tf32(x2d, w, partial, sqsum)
     else:
         _launch_triton_partials(x2d, w, partial, sqsum, numerics=numerics, cfg=cfg)
     _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](

@@ -31,6 +31,7 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     TRITON,
     LaunchConfig,
     admit_logits,
+    cuda_kernel,
     cuda_module,
     decode_index,
     launch_config,
@@ -90,8 +91,11 @@ def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
         cutoff_verify_lens.device != logits.device or not cutoff_verify_lens.is_contiguous()
     ):
         return refuse("cutoff_verify_lens not contiguous on the logits' device")
-    kernel = CUDA_CLUSTER if rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS else TRITON
-    return admit(kernel, f"one {kernel} launch, bs {bs} x n {n} x vocab {logits.shape[1]}")
+    cuda = rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS
+    kernel = CUDA_CLUSTER if cuda else TRITON
+    _, note = cuda_kernel(logits)  # the CUDA module's source, or why it is missing
+    reason = f"one {kernel} launch{note}, bs {bs} x n {n} x vocab {logits.shape[1]}"
+    return admit(kernel, reason, rows.module if cuda else None)
 
 
 def accept_greedy_admission(

@@ -33,8 +33,15 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, refuse, triton_device
-from dsv41_kernels.jit import load_module, sm_major, toolchain_available
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_tensor,
+    cuda_kernel_runs,
+    refuse,
+    triton_device,
+)
+from dsv41_kernels.jit import load_module, sm_major
 from dsv41_kernels.workspace import device_workspace
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -43,6 +50,7 @@ MAX_ROWS = 1024  # rows one launch may reduce: the size of the per-device slot w
 EMPTY_SLOT = -(2**63)
 CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
 CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
+MODULE = "row_argmax"  # sgl-kernel/csrc/row_argmax.cu: both ops' CUDA kernels
 
 CUDA_CLUSTER = "cuda cluster"
 TRITON = "triton"
@@ -55,17 +63,20 @@ def max_rows(vocab: int) -> int:
     return 64 if vocab < 65536 else 384
 
 
-def cuda_kernel_fits(logits: torch.Tensor) -> bool:
-    """The CUDA cluster kernel can take these logits: sm_90+, a CUDA toolchain, 16-byte
-    aligned rows, few rows. Pure: shapes, strides, alignment and the device."""
-    return (
+def cuda_kernel(logits: torch.Tensor) -> tuple[bool, str]:
+    """Whether the CUDA cluster kernel takes these logits (sm_90+, 16-byte aligned rows, few
+    rows, its module at hand), with the note for the admission's reason: see
+    :func:`~dsv41_kernels.admission.cuda_kernel_runs`. Pure: shapes, strides, alignment, the
+    device and the module's files."""
+    return cuda_kernel_runs(
+        MODULE,
+        logits,
         logits.is_cuda
         and logits.shape[0] <= CLUSTER_MAX_ROWS
         and sm_major(logits.device.index) >= 9
         and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
         and logits.data_ptr() % 16 == 0
-        and (logits.stride(0) * logits.element_size()) % 16 == 0
-        and toolchain_available()
+        and (logits.stride(0) * logits.element_size()) % 16 == 0,
     )
 
 
@@ -93,13 +104,16 @@ def admit_logits(logits: torch.Tensor) -> Admission:
         return refuse(f"vocab {vocab} < {MIN_VOCAB}: one block per row is as fast")
     if not 1 <= rows <= max_rows(vocab):
         return refuse(f"{rows} rows: torch.argmax's block per row already fills the machine")
-    kernel = CUDA_CLUSTER if cuda_kernel_fits(logits) else TRITON
-    return admit(kernel, f"{where.reason}, {kernel}, {rows} rows x {vocab}")
+    cuda, note = cuda_kernel(logits)
+    kernel = CUDA_CLUSTER if cuda else TRITON
+    reason = f"{where.reason}, {kernel}{note}, {rows} rows x {vocab}"
+    return admit(kernel, reason, MODULE if cuda else None)
 
 
 def cuda_module(device: torch.device):
-    """The built ``row_argmax.cu`` module for ``device`` (both ops' CUDA kernels)."""
-    return load_module("row_argmax", device.index or 0)
+    """The ``row_argmax.cu`` module for ``device`` (both ops' CUDA kernels), prebuilt, cached
+    or built (:func:`dsv41_kernels.jit.load_module`)."""
+    return load_module(MODULE, device.index or 0)
 
 
 @triton.jit
