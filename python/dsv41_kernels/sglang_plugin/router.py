@@ -69,8 +69,6 @@ def emits_packed_ids(
     return admit("packed ids", f"{PACKED_RUNNER} consumes packed ids")
 
 
-
-
 def _enum_value(member) -> str | None:
     return None if member is None else getattr(member, "value", str(member))
 
