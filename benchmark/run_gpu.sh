@@ -18,7 +18,7 @@ timeout "${GPU_TEST_TIMEOUT:-420}" python3 -m pytest -m gpu -q -rs --durations=1
 tail -n 3 "$out/gpu_tests.log"
 timeout 120 python3 -m dsv41_kernels.cli check >> "$out/bench.log" 2>&1 || status=1
 for bench in row_argmax accept_greedy decoding_sched_meta mxfp8_quantize hc_combine_norm moe_fused_gate \
-  hc_mix_stats; do
+  hc_mix_stats inverse_rope_quant_fp8; do
   echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
   sweep=()
   if [ -n "${SWEEP:-}" ] && [[ " $SWEEP " == *" $bench "* ]]; then
