@@ -29,6 +29,7 @@ ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
 ROUTER_TOKENS = (1, 6, 16, 64, 256, 1024)
 SCHED_BS = (1, 4, 16, 64)
+WO_A_TOKENS = (6, 24, 96, 384)
 
 
 def timed(fn, rows):
@@ -110,6 +111,21 @@ def sched_cases(device):
         yield "sched", f"FlashMLA decode + schedule, b {b}, top-k 128+512", b, run, patch
 
 
+def wo_a_cases(device):
+    from sglang.srt.models import deepseek_v4
+
+    for tp in (1, 2, 4):
+        layer = callers.v41_attention_layer(tp, device)
+        for tokens in WO_A_TOKENS:
+            o, positions = callers.attention_output(layer, tokens, seed=tokens + tp)
+            run = lambda layer=layer, o=o, p=positions: callers.attention_output_to_wo_a(
+                layer, o, p
+            )
+            patch = (deepseek_v4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8"))
+            shape = f"T {tokens}, TP {tp}: o [{tokens}, {64 // tp}, 512], G {8 // tp}"
+            yield "wo_a", shape, tokens, run, patch
+
+
 SITES = {
     "accept": accept_cases,
     "row_argmax": argmax_cases,
@@ -117,6 +133,7 @@ SITES = {
     "combine": lambda device: mhc_cases(device, "combine"),
     "router": router_cases,
     "sched": sched_cases,
+    "wo_a": wo_a_cases,
 }
 
 

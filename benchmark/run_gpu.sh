@@ -37,7 +37,7 @@ if [ "$phase" != tests ]; then
     cat "$out/$module.log"
   done
   for bench in row_argmax accept_greedy decoding_sched_meta mxfp8_quantize hc_combine_norm \
-    moe_fused_gate hc_mix_stats; do
+    moe_fused_gate hc_mix_stats inverse_rope_quant_fp8; do
     echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
     sweep=()
     if [ -n "${SWEEP:-}" ] && [[ " $SWEEP " == *" $bench "* ]]; then

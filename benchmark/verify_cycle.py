@@ -19,6 +19,9 @@ FlashMLA decode + schedule      3    one schedule per FlashMLA metadata object p
                                      ratios of DeepSeek-V4's layers; the published GB300 figure
                                      counts 4), q ``[6, 1, 64, 512]``: b = 6, s_q = 1
 ``vision_topk``                40    one router per MoE layer of a checkpoint with a vision tower
+attention output -> wo_a       40    ``MQALayer.forward``'s inverse RoPE and FP8 group quantizer
+                                     before the FP8 ``wo_a`` (SM90), one per attention layer, at
+                                     TP 4's shape: o ``[6, 16, 512]`` in the 64-head padded buffer
 ==========================  =======  ===========================================================
 
 Arms: ``sglang-0.5.23`` runs each call site with our hooks taken out (SGLang's functions, as a
@@ -148,6 +151,20 @@ def router_group(device):
     return run, (deepseek_v2, ("vision_topk",)), "40 x T 6, E 384, top-6"
 
 
+def wo_a_group(device):
+    from sglang.srt.models import deepseek_v4
+
+    layer = callers.v41_attention_layer(4, device)
+    calls = [callers.attention_output(layer, callers.VERIFY_ROWS, seed=i) for i in range(LAYERS)]
+
+    def run():
+        for o, positions in calls:
+            callers.attention_output_to_wo_a(layer, o, positions)
+
+    patch = (deepseek_v4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8"))
+    return run, patch, "40 x o [6, 16, 512] in 64 heads, G 2"
+
+
 def with_sglang_functions(run, patch):
     """``run`` with SGLang's own functions in place of our hooks (the plugin off)."""
     module, names = patch
@@ -182,6 +199,7 @@ def main() -> None:
         ("mHC combine + RMSNorm", COMBINES_PER_CYCLE, *combine_group(device, layers)),
         ("FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
         ("vision router", LAYERS, *router_group(device)),
+        ("attention output -> FP8 wo_a", LAYERS, *wo_a_group(device)),
     ]
     records, runnable = [], []
     for op, count, run, patch, shape in groups:

@@ -24,6 +24,8 @@ _EXPORTS = {
     "DecodingSchedConfig": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "DecodingSchedMeta": "dsv41_kernels.ops.attention.decoding_sched_meta",
     "device_sched_config": "dsv41_kernels.ops.attention.decoding_sched_meta",
+    "inverse_rope_quant_fp8": "dsv41_kernels.ops.attention.inverse_rope_quant_fp8",
+    "inverse_rope_quant_fp8_admission": "dsv41_kernels.ops.attention.inverse_rope_quant_fp8",
     "mxfp8_quantize": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "mxfp8_quantize_admission": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "Mxfp8SwizzledInput": "dsv41_kernels.ops.quantization.mxfp8_quantize",

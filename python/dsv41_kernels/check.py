@@ -17,6 +17,7 @@ from dsv41_kernels.cases import (
     decoding_sched_meta,
     hc_combine_norm,
     hc_mix_stats,
+    inverse_rope_quant_fp8,
     moe_fused_gate,
     mxfp8_quantize,
     row_argmax,
@@ -33,6 +34,7 @@ CASE_MODULES = (
     hc_combine_norm,
     moe_fused_gate,
     hc_mix_stats,
+    inverse_rope_quant_fp8,
 )
 
 

@@ -424,3 +424,90 @@ def sglang_decode(flashmla, step: Step, metadata, *, ours: bool):
         extra_indices_in_kvcache=step.extra_indices,
         extra_topk_length=step.extra_topk_lengths,
     )
+
+
+# ---- 6. the attention output on the way to the FP8 wo_a (Hopper) ------------------------------
+
+V41_HEADS = 64
+V41_O_GROUPS = 8
+V41_O_LORA_RANK = 1024
+WO_A_KERNEL_HEADS = 64  # MqaAttentionBase._kernel_num_heads at TP > 1: FlashMLA's padded width
+V41_ROPE = dict(dim=64, seqlen=65536, original_seq_len=0, base=10000, factor=1.0, beta_fast=32,
+                beta_slow=1)  # fmt: skip
+"""``precompute_freqs_cis`` arguments of a pure-SWA layer (compress ratio 0) with
+``DeepSeekV4Config``'s defaults: qk_rope_head_dim 64, max_position_embeddings 65536, rope_theta
+10000 (``MqaAttentionBase.__init__``, deepseek_v4.py:1171-1199)."""
+
+
+def v41_attention_layer(tp: int, device, *, wo_a_fp8: bool = True):
+    """An ``MQALayer`` with DeepSeek-V4.1's attention-output configuration at attention TP
+    ``tp``: 64 / tp heads of 512 (64 rope) in 8 / tp output groups of o-lora rank 1024, the FP8
+    ``wo_a`` flag, and the RoPE table SGLang's own ``precompute_freqs_cis`` builds. Its
+    constructor needs a distributed runtime and builds every projection; here the real class is
+    instantiated without it and given exactly the attributes the output path reads."""
+    from sglang.kernels.ops.attention.dsv4.rope import precompute_freqs_cis
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    layer = MQALayer.__new__(MQALayer)
+    torch.nn.Module.__init__(layer)
+    layer.n_local_heads = V41_HEADS // tp
+    layer.n_local_groups = V41_O_GROUPS // tp
+    layer.head_dim = 512
+    layer.qk_rope_head_dim = V41_ROPE["dim"]
+    layer.o_lora_rank = V41_O_LORA_RANK
+    layer.wo_a_fp8 = wo_a_fp8
+    layer.use_npu_arch35_mxfp8_wo_a = False
+    layer.freqs_cis = precompute_freqs_cis(**V41_ROPE).to(device)
+    return layer
+
+
+def attention_output(layer, tokens: int, *, seed: int, padded: bool | None = None):
+    """The attention kernel's output for ``layer`` as ``MQALayer.forward`` holds it before the
+    output path (``o[:, tp_slice, :]``, deepseek_v4.py:2904): a slice of the 64-head padded
+    buffer when ``padded`` (default: as ``_kernel_num_heads`` pads, at TP > 1), with random
+    positions into the layer's table. Returns ``(o, positions)`` on the table's device."""
+    from dsv41_kernels.cases.inverse_rope_quant_fp8 import attention_output as make
+
+    heads = layer.n_local_heads
+    padded = heads < WO_A_KERNEL_HEADS if padded is None else padded
+    call = make(
+        tokens, heads, o_groups=layer.n_local_groups, seed=seed, freqs_cis=layer.freqs_cis,
+        kernel_heads=WO_A_KERNEL_HEADS if padded else None, device=layer.freqs_cis.device,
+    )  # fmt: skip
+    return call.o, call.positions
+
+
+def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
+    """SGLang 0.5.23's attention output on SM90 with the FP8 ``wo_a``, from the inverse RoPE to
+    the quantizer's views (deepseek_v4.py:2952-3017), through ``deepseek_v4``'s own bindings
+    (the names the plugin hooks, SGLang's when ``sglang_functions`` puts them back). It runs
+    where ``MQALayer.forward`` runs it, inside the plugin's forward hook for ``layer`` (the rest
+    of the forward needs a KV pool, FlashMLA and a distributed runtime). Returns
+    ``(o_fp8 [T, G, D], o_s [T, G, D / 128])``, the contraction's inputs; ``o`` is left rotated."""
+    from sglang.srt.models import deepseek_v4 as v4
+
+    from dsv41_kernels.sglang_plugin import wo_a
+
+    def output_path(layer):
+        rope = layer.qk_rope_head_dim
+        v4.fused_rope_inplace(
+            o[..., -rope:], None, layer.freqs_cis, positions=positions, inverse=True
+        )
+        grouped = o.view(o.shape[0], layer.n_local_groups, -1)
+        t, g, d = grouped.shape
+        o_fp8, o_s = v4.sglang_per_token_group_quant_fp8(
+            grouped.reshape(t * g, d).contiguous(), group_size=128, scale_ue8m0=False
+        )
+        return o_fp8.view(t, g, d), o_s.view(t, g, -1)
+
+    return wo_a.forward_hook(output_path, layer)
+
+
+def fp8_wo_a(layer, gen: torch.Generator, device):
+    """An FP8 ``wo_a`` as the checkpoint loads it: e4m3 ``[G * R, D]`` with fp32 128x128 block
+    scales ``[G * R / 128, D / 128]`` (``weight_scale_inv``)."""
+    g, r = layer.n_local_groups, layer.o_lora_rank
+    d = layer.n_local_heads * layer.head_dim // g
+    weight = (torch.randn(g * r, d, generator=gen) * 100).to(torch.float8_e4m3fn)
+    scales = torch.rand(g * r // 128, d // 128, generator=gen) * 1e-3 + 1e-4
+    return weight.to(device), scales.to(device)

@@ -312,3 +312,130 @@ def test_sched_meta_cpu_is_sglangs(plugin, fired):
         "ours": 0,
         "sglang": {"not a CUDA device": 1},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. the attention output on the way to the FP8 wo_a: SGLang's own kernels are CUDA JIT, so on
+# CPU ours (under the interpreter) is held to the reference statement of them; the GPU tier
+# compares with SGLang's kernels themselves (test_gpu_wo_a.py).
+
+ROPE_HOOK = "wo_a.fused_rope_inplace"
+QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_attention_output_is_ours_and_equals_sglangs_chain(plugin, fired, tp):
+    from dsv41_kernels.reference.inverse_rope_quant import inverse_rope_quant_fp8 as reference
+
+    layer = callers.v41_attention_layer(tp, "cpu")
+    o, positions = callers.attention_output(layer, 2, seed=tp)
+    assert o.is_contiguous() == (tp == 1)  # a slice of the padded heads at TP > 1
+    codes, scales, rotated = reference(o, layer.freqs_cis, positions, o_groups=layer.n_local_groups)
+    o_fp8, o_s = callers.attention_output_to_wo_a(layer, o, positions)
+    assert o_fp8.dtype == torch.float8_e4m3fn and o_s.dtype == torch.float32
+    assert o_fp8.shape == (2, 8 // tp, 4096) and o_s.shape == (2, 8 // tp, 32)
+    assert torch.equal(o_fp8.view(torch.uint8), codes.view(torch.uint8))
+    assert torch.equal(o_s.view(torch.int32), scales.view(torch.int32))
+    assert torch.equal(o.view(torch.int16), rotated.view(torch.int16))  # rotated in place
+    counts = fired()
+    only_ours(counts, ROPE_HOOK, 1)
+    only_ours(counts, QUANT_HOOK, 1)
+
+
+def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
+    """The registry rewrites every binding of both functions: the query's RoPE, calls outside an
+    ``MQALayer`` forward and every other quantizer call go to SGLang's function, uncounted."""
+    from dsv41_kernels.sglang_plugin import wo_a
+
+    layer = callers.v41_attention_layer(4, "cpu")
+    o, positions = callers.attention_output(layer, 2, seed=1)
+    q = o[..., -64:]
+    seen = []
+    sglangs = lambda *args, **kwargs: seen.append(kwargs.get("inverse", False))
+    wo_a.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions, inverse=True)
+    wo_a.forward_hook(
+        lambda layer: wo_a.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions),
+        layer,
+    )
+    quantizer_calls = []
+    quantizer = lambda *args, **kwargs: quantizer_calls.append(args) or "sglang's"
+    assert wo_a.quant_hook(quantizer, torch.zeros(4, 256, dtype=torch.bfloat16), 128) == "sglang's"
+    assert seen == [True, False] and len(quantizer_calls) == 1
+    assert fired() == {}
+
+
+@pytest.mark.parametrize(
+    "kwargs, reason",
+    [
+        (dict(group_size=64), "group_size"),
+        (dict(group_size=128, scale_ue8m0=True), "scale_ue8m0"),
+        (dict(group_size=128, column_major_scales=True), "column_major_scales"),
+        (dict(group_size=128, eps=1e-6), "eps"),
+    ],
+)
+def test_quantizer_call_that_differs_gets_sglangs_function(plugin, fired, kwargs, reason):
+    """Ours kept for the attention output only serves the quantizer call the output path makes;
+    any other call runs SGLang's function (on ``x``, which holds the rotated values by then)."""
+    from dsv41_kernels.sglang_plugin import wo_a
+
+    layer = callers.v41_attention_layer(4, "cpu")
+    o, positions = callers.attention_output(layer, 1, seed=2)
+    x = o.reshape(1, -1).view(2, 4096)  # the output path's [T * G, D] (a copy: o is a slice)
+
+    def output_path(layer):
+        wo_a.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
+                       inverse=True)  # fmt: skip
+        return wo_a.quant_hook(lambda *args, **kw: "sglang's", x, **kwargs)
+
+    assert wo_a.forward_hook(output_path, layer) == "sglang's"
+    counts = fired()
+    only_ours(counts, ROPE_HOOK, 1)
+    (why,) = counts[QUANT_HOOK]["sglang"]
+    assert reason in why and counts[QUANT_HOOK]["ours"] == 0
+
+
+def test_attention_output_declines(plugin, monkeypatch):
+    """What the hook leaves to SGLang, by its admission (pure: SGLang's own originals would run
+    next, and they are CUDA kernels)."""
+    from sglang.srt.models import deepseek_v4
+
+    from dsv41_kernels.sglang_plugin import measured, wo_a
+
+    layer = callers.v41_attention_layer(2, "cpu")
+    o, positions = callers.attention_output(layer, 3, seed=3)
+    q = o[..., -64:]
+    verdict, rebuilt = wo_a.rope_admission(layer, q, layer.freqs_cis, positions)
+    assert verdict and rebuilt.data_ptr() == o.data_ptr() and rebuilt.stride() == o.stride()
+    bf16 = callers.v41_attention_layer(2, "cpu", wo_a_fp8=False)
+    assert "bf16 wo_a" in wo_a.rope_admission(bf16, q, bf16.freqs_cis, positions)[0].reason
+    not_a_tail = q.contiguous()
+    assert (
+        "rope tail" in wo_a.rope_admission(layer, not_a_tail, layer.freqs_cis, positions)[0].reason
+    )
+    monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", True)
+    assert "UE8M0" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+    monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", False)
+    slower = measured.SlowerThanSGLang("wo_a", None, range(0, 1 << 31), "x us against y us")
+    monkeypatch.setattr(measured, "SLOWER", (slower,))
+    assert "measured slower" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "wo_a")
+    assert wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0]
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a CPU tensor without the interpreter
+    assert "Triton device" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+
+
+def test_forward_hook_scopes_the_layer_and_drops_what_it_kept(plugin):
+    from dsv41_kernels.sglang_plugin import wo_a
+
+    layer = callers.v41_attention_layer(4, "cpu")
+    o, positions = callers.attention_output(layer, 1, seed=4)
+
+    def rope_only(layer):
+        assert wo_a._site.layer is layer
+        wo_a.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
+                       inverse=True)  # fmt: skip
+        return wo_a._site.quantized
+
+    kept = wo_a.forward_hook(rope_only, layer)
+    assert isinstance(kept, wo_a.Quantized) and kept.codes.shape == (2, 4096)
+    assert wo_a._site.layer is None and wo_a._site.quantized is None

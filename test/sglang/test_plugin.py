@@ -24,6 +24,11 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4_mhc._mix_stats_impl",
         "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase.refresh_mhc_norm_weight_cache",
     ),
+    "wo_a": (
+        "sglang.srt.models.deepseek_v4.MQALayer.forward",
+        "sglang.srt.models.deepseek_v4.fused_rope_inplace",
+        "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",
+    ),
 }
 
 
@@ -64,8 +69,10 @@ def test_every_target_resolves_and_is_patched(plugin):
 def test_call_sites_bind_our_hooks(plugin):
     """The patched functions wrap ours, including the by-name imports of other modules that
     SGLang's registry rewrites (the verify epilogue's ``_row_argmax``, the model's router)."""
+    from sglang.kernels.ops.attention.dsv4 import norm_rope
+    from sglang.kernels.ops.quantization import fp8_kernel
     from sglang.kernels.ops.speculative.dspark import dspark_accept
-    from sglang.srt.models import deepseek_v2, deepseek_v4_mhc
+    from sglang.srt.models import deepseek_v2, deepseek_v4, deepseek_v4_mhc
     from sglang.srt.multimodal.dsv41 import vl_routing
     from sglang.srt.speculative.dspark_components import dspark_verify
 
@@ -76,8 +83,15 @@ def test_call_sites_bind_our_hooks(plugin):
         vl_routing.vision_topk,
         deepseek_v4_mhc._combine,
         deepseek_v4_mhc._mix_stats_impl,
+        deepseek_v4.MQALayer.forward,
+        deepseek_v4.fused_rope_inplace,
+        deepseek_v4.sglang_per_token_group_quant_fp8,
     ):
         assert hasattr(fn, "__wrapped__"), fn
+    # The attention output's two functions are rewritten where they are defined too.
+    assert norm_rope.fused_rope_inplace is deepseek_v4.fused_rope_inplace
+    quantizer = deepseek_v4.sglang_per_token_group_quant_fp8
+    assert fp8_kernel.sglang_per_token_group_quant_fp8 is quantizer
     assert dspark_verify._row_argmax is dspark_accept._row_argmax
     assert deepseek_v2.vision_topk is vl_routing.vision_topk
     mega_moe = sys.modules.get("sglang.srt.layers.moe.mega_moe")
@@ -92,6 +106,7 @@ def test_call_sites_bind_our_hooks(plugin):
         ("accept", {"accept"}),
         ("router, sched", {"router", "sched"}),
         ("COMBINE,mhc", {"combine", "mhc"}),
+        ("wo_a", {"wo_a"}),
         ("all", set(SITE_TARGETS)),
     ],
 )
@@ -115,7 +130,7 @@ def test_startup_report_one_line(plugin, caplog):
     assert len(lines) == 1
     line = lines[0]
     assert "dsv41-kernels" in line and "sglang 0.5.23" in line
-    assert "on: accept, router, combine, mhc;" in line
+    assert "on: accept, router, combine, mhc, wo_a;" in line
     assert "off: sched (DSV41_KERNELS_DISABLE)" in line
     assert "ignored unknown DSV41_KERNELS_DISABLE names: bogus" in line
 
@@ -195,7 +210,7 @@ def test_startup_report_reaches_a_process_without_logging(plugin):
     stderr = run_server_start(plugin)
     lines = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels 0.1.0 on")]
     assert len(lines) == 1, stderr[-2000:]
-    assert "on: accept, router, combine, sched, mhc; off: -" in lines[0]
+    assert "on: accept, router, combine, sched, mhc, wo_a; off: -" in lines[0]
     assert "fire counts" not in stderr  # only with DSV41_KERNELS_REPORT=1
 
 

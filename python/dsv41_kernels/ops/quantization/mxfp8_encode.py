@@ -5,6 +5,8 @@ encode 32-value blocks with :func:`mxfp8_encode_blocks` and write the 128x4 swiz
 layout with :func:`swizzled_scale_offset` and :func:`zero_padding_scale_words`, so the fused
 form gives the quantizer's bytes by construction. The byte rules are FlashInfer's ``cuda``
 backend, restated in docs/specs.md section B (B.2 the block algorithm, B.5 the layouts).
+:func:`e4m3_rne_satfinite` is also the e4m3 rounding of
+:mod:`dsv41_kernels.ops.attention.inverse_rope_quant_fp8` under the interpreter.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def bf16_bits_to_f32(bits):
 
 
 @triton.jit
-def _e4m3_rne_satfinite(v):
+def e4m3_rne_satfinite(v):
     """fp32 in [-448, 448] (no NaN) -> e4m3 code (int32 0..255), round to nearest even; fp32
     subnormals give a zero of their sign. Integer emulation of ``cvt.rn.satfinite.e4m3x2.f32``
     for the interpreter, whose float8 cast is not the hardware's."""
@@ -128,5 +130,5 @@ def mxfp8_encode_blocks(v, col, HW_CVT: tl.constexpr):
         x = tl.where((bits & 0x7F800000) == 0, bits ^ magnitude, bits).to(tl.float32, bitcast=True)
         p = x * osc[:, None]
         p = tl.where(p != p, 448.0, tl.minimum(tl.maximum(p, -448.0), 448.0))
-        codes = _e4m3_rne_satfinite(p).to(tl.uint8)
+        codes = e4m3_rne_satfinite(p).to(tl.uint8)
     return codes, scale

@@ -1,0 +1,124 @@
+"""The attention output on the way to the FP8 ``wo_a`` (Hopper): SGLang's chain vs one launch.
+
+DeepSeek-V4.1's output path per attention layer, at T = 6 / 24 / 96 / 384 tokens (6 per request
+at verify) and G = 2 / 4 / 8 local output groups (TP 4 / 2 / 1: H = 8 G heads of 512, 64 rope),
+``o`` as ``MQALayer.forward`` holds it: a slice of the 64-head padded buffer at TP > 1
+(``padded``) or contiguous (``dense``: the layout without FlashMLA's padding). Arms:
+
+- ``sglang-0.5.23``: SGLang's chain as it runs (deepseek_v4.py:2954-3016): its in-place
+  ``fused_rope_inplace`` on ``o[..., -64:]``, the ``reshape(...).contiguous()`` (a copy when
+  padded) and ``sglang_per_token_group_quant_fp8(..., 128, scale_ue8m0=False)``;
+- ``sglang rope`` and ``sglang quant``: SGLang's two kernels alone (the quantizer on a
+  contiguous input: its launch without the copy), for the goal "ours at T = 6 no longer than
+  the longer of the two";
+- ``ours``: ``inverse_rope_quant_fp8(..., rotate_o=True)``, what the ``wo_a`` hook runs.
+
+``exact``: ours equals SGLang's chain bit for bit on the same input (e4m3 values, fp32 scales,
+rotated ``o``), checked before timing. ``ours`` records also carry ``saving_per_cycle_us``:
+40 layers x (SGLang's chain - ours), one verify cycle's saving at that T. SGLang's kernels are
+its tvm-ffi JIT builds (no ``sgl_kernel`` wheel): where SGLang does not import, its arms are
+recorded with the error and ours is still timed and checked against the reference.
+    python benchmark/kernels/bench_inverse_rope_quant_fp8.py --json $OUT/bench_inverse_rope.json
+"""
+
+from __future__ import annotations
+
+import torch
+from common import SGLANG_ARM, parser, record, report, timed
+
+from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_output
+from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
+    inverse_rope_quant_fp8,
+    inverse_rope_quant_fp8_admission,
+)
+from dsv41_kernels.reference.inverse_rope_quant import (
+    inverse_rope_quant_fp8 as reference_inverse_rope_quant_fp8,
+)
+
+LAYERS = 40
+OP = "inverse_rope_quant_fp8"
+
+
+def sglang_kernels():
+    """SGLang's two functions (raises whatever their import raises)."""
+    from sglang.kernels.ops.attention.dsv4.norm_rope import fused_rope_inplace
+    from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
+
+    return fused_rope_inplace, sglang_per_token_group_quant_fp8
+
+
+def sglang_chain(rope, quant, o, freqs_cis, positions, groups):
+    rope(o[..., -64:], None, freqs_cis, positions=positions, inverse=True)
+    grouped = o.view(o.shape[0], groups, -1)
+    t, g, d = grouped.shape
+    o_fp8, o_s = quant(grouped.reshape(t * g, d).contiguous(), group_size=128, scale_ue8m0=False)
+    return o_fp8.view(t, g, d), o_s.view(t, g, -1)
+
+
+def same_layout(o):
+    return torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device).copy_(o)
+
+
+def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
+    heads = 8 * groups
+    call = attention_output(
+        tokens, heads, o_groups=groups, seed=tokens * groups, device="cuda",
+        kernel_heads=KERNEL_HEADS if padded else None,
+    )  # fmt: skip
+    shape = f"T {tokens}, G {groups} ({heads} x 512{' in 64' if padded else ''})"
+    table, positions = call.freqs_cis, call.positions
+    work = same_layout(call.o)
+    ours = lambda: inverse_rope_quant_fp8(work, table, positions, o_groups=groups, rotate_o=True)
+    mine = same_layout(call.o)
+    got = inverse_rope_quant_fp8(mine, table, positions, o_groups=groups, rotate_o=True)
+    kernel = inverse_rope_quant_fp8_admission(work, table, positions, o_groups=groups).kernel
+    try:
+        rope, quant = sglang_kernels()
+    except Exception as e:  # SGLang not importable here: ours against the reference only
+        codes, scales, rotated = reference_inverse_rope_quant_fp8(
+            call.o, table, positions, o_groups=groups
+        )
+        exact = bit_mismatches((*got, mine), (codes, scales, rotated)) == 0
+        error = f"{type(e).__name__}: {e}"[:200]
+        return [timed(OP, shape, "ours", ours, exact=exact, kernel=kernel, vs="reference")] + [
+            record(OP, shape, arm, None, error=error)
+            for arm in (SGLANG_ARM, "sglang rope", "sglang quant")
+        ]
+    theirs = same_layout(call.o)
+    expected = sglang_chain(rope, quant, theirs, table, positions, groups)
+    exact = bit_mismatches((*got, mine), (*expected, theirs)) == 0
+    flat = work.view(tokens, groups, -1).reshape(tokens * groups, -1).contiguous()
+    arms = {
+        SGLANG_ARM: lambda: sglang_chain(rope, quant, work, table, positions, groups),
+        "sglang rope": lambda: rope(
+            work[..., -64:], None, table, positions=positions, inverse=True
+        ),
+        "sglang quant": lambda: quant(flat, group_size=128, scale_ue8m0=False),
+    }
+    records = [timed(OP, shape, arm, run) for arm, run in arms.items()]
+    mine = timed(OP, shape, "ours", ours, exact=exact, kernel=kernel, vs=SGLANG_ARM)
+    chain = records[0]["us"]
+    if chain is not None and mine["us"] is not None:
+        mine["saving_per_cycle_us"] = LAYERS * (chain - mine["us"])
+    return [*records, mine]
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--tokens", default="6,24,96,384")
+    p.add_argument("--groups", default="2,4,8")
+    p.add_argument("--layouts", default="padded,dense", help="o at TP > 1: padded, dense")
+    args = p.parse_args()
+    records = []
+    for tokens in map(int, args.tokens.split(",")):
+        for groups in map(int, args.groups.split(",")):
+            for layout in args.layouts.split(","):
+                if layout == "padded" and 8 * groups >= KERNEL_HEADS:
+                    continue  # TP 1: every head is real, nothing is padded
+                records += measure(tokens, groups, layout == "padded")
+    report(records, args.json, baseline=SGLANG_ARM)
+
+
+if __name__ == "__main__":
+    main()
