@@ -40,7 +40,6 @@ from sglang.srt.models import deepseek_v4
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, admit, refuse
-from dsv41_kernels.jit import sm_major
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
@@ -134,8 +133,7 @@ def rope_admission(layer, q, freqs_cis, positions) -> tuple[Admission, torch.Ten
     o = attention_output(layer, q)
     if o is None:
         return refuse("q is not the rope tail of [T, H, head_dim] heads"), None
-    arch = sm_major(o.device.index) if o.is_cuda else None
-    slower = slower_than_sglang("wo_a", arch, o.shape[0])
+    slower = slower_than_sglang("wo_a", o)
     if slower is not None:
         return slower, None
     admission = inverse_rope_quant_fp8_admission(
