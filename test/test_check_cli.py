@@ -1,17 +1,31 @@
 """``dsv41-kernels check``: the table, the JSON records, and the exit status."""
 
 import json
+import warnings
 
 import pytest
 import torch
 
+import dsv41_kernels
 from dsv41_kernels import check as check_module
 from dsv41_kernels import cli
 from dsv41_kernels.admission import admit, refuse
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.check import run_case
 
-KEYS = {"op", "shape", "path", "module", "reason", "exact", "mismatches", "us", "baseline_us"}
+KEYS = {
+    "op",
+    "shape",
+    "path",
+    "module",
+    "reason",
+    "exact",
+    "mismatches",
+    "us",
+    "baseline_us",
+    "device",
+    "mode",
+}
 
 
 def test_json_records_for_one_op(capsys):
@@ -89,8 +103,11 @@ def test_every_op_module_registers_cases():
         "hc_combine_norm_mxfp8",
         "moe_fused_gate",
         "hc_mix_stats",
+        "pack_topk",
+        "split_tf32",
     ):
         assert expected in ops
+    assert ops == set(check_module.op_names())
 
 
 def test_jit_says_what_is_missing(monkeypatch, tmp_path):
@@ -109,3 +126,56 @@ def test_jit_says_what_is_missing(monkeypatch, tmp_path):
         jit.load_module("row_argmax")
     jit.load_module.cache_clear()
     jit.prebuilt_manifest.cache_clear()
+
+
+@pytest.mark.parametrize("ops, unknown", [("foo", "foo"), ("row_argmax,mxfp8", "mxfp8")])
+def test_unknown_op_names_exit_2_and_list_the_valid_ones(capsys, ops, unknown):
+    assert cli.main(["check", "--ops", ops]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no table, not even an empty one
+    assert f"unknown op {unknown};" in captured.err
+    for name in check_module.op_names():
+        assert name in captured.err
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dsv41-kernels {dsv41_kernels.__version__}"
+
+
+def test_no_interpret_is_gone():
+    """Removed rather than half-honoured: TRITON_INTERPRET=0 asks for the fallbacks only."""
+    with pytest.raises(SystemExit) as done:
+        cli.main(["check", "--no-interpret"])
+    assert done.value.code == 2
+
+
+def test_records_and_header_say_device_and_mode(capsys):
+    assert cli.main(["check", "--json", "--ops", "row_argmax"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    on_gpu = torch.cuda.is_available()
+    expected = check_module.mode(torch.device("cuda" if on_gpu else "cpu"))
+    assert {(r["device"], r["mode"]) for r in records} == {
+        (torch.cuda.get_device_name() if on_gpu else "cpu", expected)
+    }
+    assert cli.main(["check", "--ops", "row_argmax"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert f"({expected})" in header
+    assert ("CUDA-graph medians" in header) == (expected == "cuda")
+
+
+def test_pack_topk_and_split_tf32_have_rows(capsys):
+    assert cli.main(["check", "--json", "--ops", "pack_topk,split_tf32"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["op"] for r in records} == {"pack_topk", "split_tf32"}
+    assert all(r["exact"] for r in records)
+
+
+def test_check_warns_about_nothing(capsys):
+    """The interpreter's numpy arithmetic raised "invalid value encountered in multiply" on
+    the MXFP8 cases' Inf blocks; the kernel now selects instead of multiplying."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert cli.main(["check", "--ops", "mxfp8_quantize,hc_combine_norm_mxfp8"]) == 0

@@ -2,8 +2,9 @@
 
 Public ops are imported lazily, on first attribute access, so ``import dsv41_kernels`` stays
 cheap and the Triton interpreter can still be chosen (``TRITON_INTERPRET=1``) before any
-kernel is defined. This facade is for users; code inside the package (the SGLang plugin, the
-cases) imports each name from its module, so static tools see the graph.
+kernel is defined (:mod:`dsv41_kernels.interpreter` reads it once, as the first op loads).
+This facade is for users; code inside the package (the SGLang plugin, the cases) imports each
+name from its module, so static tools see the graph.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _EXPORTS = {
     "moe_fused_gate": "dsv41_kernels.ops.moe.moe_fused_gate",
     "moe_fused_gate_admission": "dsv41_kernels.ops.moe.moe_fused_gate",
     "pack_topk": "dsv41_kernels.ops.moe.moe_fused_gate",
+    "pack_topk_admission": "dsv41_kernels.ops.moe.moe_fused_gate",
     "split_tf32": "dsv41_kernels.ops.mhc.hc_derived_weights",
     "HcDerivedWeights": "dsv41_kernels.ops.mhc.hc_derived_weights",
     "hc_mix_stats": "dsv41_kernels.ops.mhc.hc_mix_stats",

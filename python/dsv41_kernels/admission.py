@@ -9,17 +9,21 @@ fallback when the admission refuses. A caller that already holds the admission (
 hook choosing between the op and SGLang's own function) passes it in, so the choice is made
 once per call either way.
 
-The Triton interpreter (``TRITON_INTERPRET=1``) counts as a device, so the CPU tier runs the
-real Triton kernels on CPU tensors.
+The Triton interpreter counts as a device when this process's kernels run in it
+(:mod:`dsv41_kernels.interpreter`), so the CPU tier runs the real Triton kernels on CPU tensors.
+Scalars are checked here too (:func:`check_int`, :func:`check_float`, :func:`check_flag`):
+Python and NumPy numbers are taken, bools are not numbers.
 """
 
 from __future__ import annotations
 
-import os
+import numbers
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from dsv41_kernels.interpreter import triton_interpreter
 from dsv41_kernels.jit import module_available
 
 
@@ -55,11 +59,6 @@ def invalid(error: Exception) -> Admission:
     return refuse(f"invalid arguments: {error}")
 
 
-def triton_interpreter() -> bool:
-    """True when Triton kernels run in its CPU interpreter (``TRITON_INTERPRET=1``)."""
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def triton_device(t: torch.Tensor) -> Admission:
     """Where a Triton kernel can read ``t``: CUDA, or a CPU tensor under the interpreter."""
     if t.is_cuda:
@@ -92,3 +91,54 @@ def cuda_kernel_runs(module: str, t: torch.Tensor, fits: bool) -> tuple[bool, st
         return False, ""
     found = module_available(module, t.device.index or 0)
     return found.ok, f" ({module}: {found.reason})"
+def _not_bool(name: str, value: object, kind: str) -> None:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be {kind}, got the bool {value!r}")
+
+
+def check_int(name: str, value: object, *, low: int | None = None, high: int | None = None) -> int:
+    """``value`` as a Python int: an int or NumPy integer (not a bool) in ``[low, high]``; else
+    ``ValueError`` naming ``name``."""
+    _not_bool(name, value, "an int")
+    if not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        bounds = f"[{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+        raise ValueError(f"{name} must be in {bounds}, got {value}")
+    return value
+
+
+def check_float(name: str, value: object, *, low: float | None = None) -> float:
+    """``value`` as a Python float: an int, float or NumPy real (not a bool), ``>= low``; else
+    ``ValueError`` naming ``name``."""
+    _not_bool(name, value, "a number")
+    if not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if low is not None and not value >= low:
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+    return value
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` as a Python bool: a bool or NumPy bool; else ``ValueError`` naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_device(name: str, value: object) -> torch.device:
+    """``value`` (a ``torch.device``, a string such as ``"cuda:0"`` or a CUDA index) as a
+    ``torch.device`` this machine has; else ``ValueError`` naming ``name``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (torch.device, str, int)):
+        raise ValueError(f"{name} must be a torch.device, got {type(value).__name__} {value!r}")
+    try:
+        device = torch.device("cuda", value) if isinstance(value, int) else torch.device(value)
+    except RuntimeError as e:
+        raise ValueError(f"{name}: {e}") from e
+    if device.type == "cuda" and not (
+        torch.cuda.is_available() and (device.index or 0) < torch.cuda.device_count()
+    ):
+        raise ValueError(f"{name} {device}: no such CUDA device on this machine")
+    return device

@@ -1,9 +1,10 @@
 """The cases ``dsv41-kernels check`` runs: every op against its reference, on the device present.
 
 Each module of :mod:`dsv41_kernels.cases` defines ``check_cases(device, small) ->
-list[CheckCase]``; :data:`CASE_MODULES` lists them. A case runs the op through its public
-function (so the path taken is the one admission picks), compares with the reference, and on a
-GPU times ours against the baseline it replaces under CUDA-graph replay.
+list[CheckCase]`` and ``OPS``, the op names its cases carry; :data:`CASE_MODULES` lists them.
+A case runs the op through its public function (so the path taken is the one admission
+picks), compares with the reference, and on a GPU times ours against the baseline it replaces
+under CUDA-graph replay.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dsv41_kernels.cases import (
     row_argmax,
 )
 from dsv41_kernels.cases.common import CheckCase
+from dsv41_kernels.interpreter import triton_interpreter
 from dsv41_kernels.jit import module_source
 from dsv41_kernels.timing import graph_time_us
 
@@ -38,14 +40,27 @@ CASE_MODULES = (
 )
 
 
+def op_names() -> tuple[str, ...]:
+    """Every op name a check case carries, in the table's order."""
+    return tuple(op for module in CASE_MODULES for op in module.OPS)
+
+
 def cases(device: torch.device, small: bool, only: Iterable[str] | None = None) -> list[CheckCase]:
+    """The cases of every op, or of the ops named in ``only`` (names from :func:`op_names`)."""
+    wanted = set(only) if only else set(op_names())
     found = []
     for module in CASE_MODULES:
-        found += module.check_cases(device, small)
-    if only:
-        wanted = set(only)
-        found = [c for c in found if c.op in wanted]
+        if wanted.intersection(module.OPS):
+            found += [c for c in module.check_cases(device, small) if c.op in wanted]
     return found
+
+
+def mode(device: torch.device) -> str:
+    """How the kernels run on ``device``: ``cuda``, ``triton interpreter`` or, on a CPU without
+    the interpreter, ``fallbacks only``."""
+    if triton_interpreter():
+        return "triton interpreter"
+    return "cuda" if device.type == "cuda" else "fallbacks only"
 
 
 def run_case(case: CheckCase, *, timed: bool) -> dict:

@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from dsv41_kernels import __version__
+
 
 def _table(records: list[dict]) -> str:
     cols = ["op", "shape", "path", "reason", "exact", "mismatches", "us", "baseline_us", "module"]
@@ -30,34 +32,37 @@ def _table(records: list[dict]) -> str:
 
 
 def check(args: argparse.Namespace) -> int:
-    if not args.no_interpret and not _cuda_present():
-        # Decided before any Triton kernel is defined: triton.jit reads it at decoration time.
+    if not _cuda_present():
+        # Before any Triton kernel is defined: triton.jit reads it at decoration time. An
+        # explicit TRITON_INTERPRET=0 keeps the fallbacks only.
         os.environ.setdefault("TRITON_INTERPRET", "1")
     import torch
 
-    from dsv41_kernels.check import cases, run_case
+    from dsv41_kernels.check import cases, mode, op_names, run_case
 
+    only = [name.strip() for name in args.ops.split(",") if name.strip()] if args.ops else None
+    unknown = sorted(set(only or ()) - set(op_names()))
+    if unknown:
+        print(
+            f"dsv41-kernels check: unknown op {', '.join(unknown)}; "
+            f"valid names: {', '.join(op_names())}",
+            file=sys.stderr,
+        )
+        return 2
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda" if on_gpu else "cpu")
-    only = args.ops.split(",") if args.ops else None
+    where = torch.cuda.get_device_name() if on_gpu else "cpu"
+    how = mode(device)
+    timed = how == "cuda"
     records = []
-    for case in cases(device, small=not on_gpu, only=only):
-        record = run_case(case, timed=on_gpu)
+    for case in cases(device, small=not timed, only=only):  # the interpreter: small shapes
+        record = {**run_case(case, timed=timed), "device": where, "mode": how}
         records.append(record)
         if args.json:
             print(json.dumps(record), flush=True)
     if not args.json:
-        where = torch.cuda.get_device_name() if on_gpu else "cpu"
-        mode = (
-            ""
-            if on_gpu
-            else (
-                " (Triton interpreter)"
-                if os.environ.get("TRITON_INTERPRET") == "1"
-                else " (fallbacks only)"
-            )
-        )
-        print(f"dsv41-kernels check on {where}{mode}: times are CUDA-graph medians in µs")
+        times = "times are CUDA-graph medians in µs" if timed else "exactness only, no times"
+        print(f"dsv41-kernels check on {where} ({how}): {times}")
         print(_table(records))
     inexact = [r for r in records if not r["exact"]]
     if inexact:
@@ -73,15 +78,16 @@ def _cuda_present() -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dsv41-kernels")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("check", help="run every op against its reference and print a table")
+    p = sub.add_parser(
+        "check",
+        help="run every op against its reference and print a table",
+        description="Every op against its reference on the device present: CUDA, else the "
+        "Triton interpreter on small shapes (TRITON_INTERPRET=0: the torch fallbacks only).",
+    )
     p.add_argument("--json", action="store_true", help="one JSON record per line instead")
     p.add_argument("--ops", help="comma-separated op names to run (default: all)")
-    p.add_argument(
-        "--no-interpret",
-        action="store_true",
-        help="on a machine without a GPU, run the torch fallbacks only (no Triton interpreter)",
-    )
     args = parser.parse_args(argv)
     return check(args)
 

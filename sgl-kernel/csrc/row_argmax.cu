@@ -123,7 +123,7 @@ struct AcceptParams {
 // What a row's leader reads while its logits load.
 struct RowRequest {
   int64_t drafted;  // candidates[b, k + 1]: the token this row's argmax must equal (k < n - 1)
-  int limit;        // cutoff[b] - 1, or n without a cutoff
+  int limit;        // clamp(cutoff[b], 1 - n, n) - 1, or n - 1 without a cutoff
   uint32_t generation;
 };
 
@@ -149,7 +149,12 @@ __device__ RowRequest read_request(const AcceptParams& a, int row) {
   RowRequest q;
   q.drafted =
       k < a.n - 1 ? load_index(a.candidates, a.candidates_64, b * a.candidate_stride + k + 1) : -1;
-  q.limit = a.cutoff != nullptr ? static_cast<int>(load_index(a.cutoff, a.cutoff_64, b)) - 1 : a.n;
+  // The verify length clamped to [1 - n, n] in 64 bits (VERIFY_LENS_RULE in accept_greedy.py):
+  // exact for every value, and the bonus index stays within the request's rows.
+  const int64_t verify =
+      a.cutoff != nullptr ? load_index(a.cutoff, a.cutoff_64, b) : static_cast<int64_t>(a.n) + 1;
+  const int64_t lowest = 1 - a.n, highest = a.n;
+  q.limit = static_cast<int>(min(max(verify, lowest), highest)) - 1;
   q.generation = static_cast<uint32_t>(load_relaxed(a.tickets + b) >> kGenerationShift);
   return q;
 }

@@ -57,3 +57,13 @@ def fired(plugin):
     dispatch.reset()
     yield dispatch.fire_counts
     dispatch.reset()
+
+
+@pytest.fixture
+def sglang_torch_sinkhorn(monkeypatch):
+    """SGLang's split+Sinkhorn is a TileLang CUDA kernel; on CPU its own pure-torch statement
+    (``sglang.test.kernels.mhc.hc_split_sinkhorn_torch``) stands in for it."""
+    from sglang.kernels.ops.layernorm import mhc as kernels
+    from sglang.test.kernels.mhc import hc_split_sinkhorn_torch
+
+    monkeypatch.setattr(kernels, "hc_split_sinkhorn", hc_split_sinkhorn_torch)

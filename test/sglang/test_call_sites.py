@@ -207,16 +207,6 @@ def test_combine_first_sublayer_is_sglangs(plugin, fired):
     ]
 
 
-@pytest.fixture
-def sglang_torch_sinkhorn(monkeypatch):
-    """SGLang's split+Sinkhorn is a TileLang CUDA kernel; on CPU its own pure-torch statement
-    (``sglang.test.kernels.mhc.hc_split_sinkhorn_torch``) stands in for it."""
-    from sglang.kernels.ops.layernorm import mhc as kernels
-    from sglang.test.kernels.mhc import hc_split_sinkhorn_torch
-
-    monkeypatch.setattr(kernels, "hc_split_sinkhorn", hc_split_sinkhorn_torch)
-
-
 @pytest.mark.parametrize("rows", [1, 6, 130])
 def test_mix_stats_are_ours_and_equal_sglang(plugin, fired, sglang_torch_sinkhorn, rows):
     from sglang.srt.models import deepseek_v4_mhc as mhc

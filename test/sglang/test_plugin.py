@@ -254,3 +254,41 @@ def test_failing_op_falls_back_once_and_stays_off(plugin, fired, monkeypatch, ca
             "off after an error: RuntimeError: injected": 2,
         },
     }
+
+
+def test_replicated_hooks_raise_on_a_multi_rank_run(
+    plugin, fired, monkeypatch, sglang_torch_sinkhorn
+):
+    """combine and mhc feed the residual streams every rank holds a copy of: on one of several
+    ranks an error of ours is raised, not answered with SGLang's (other) bits; alone, the
+    process falls back as every hook does."""
+    import torch
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    from dsv41_kernels.sglang_plugin import combine, dispatch
+    from dsv41_kernels.sglang_plugin import mhc as mhc_hook
+    from test.sglang import callers
+
+    def broken(*_, **__):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(combine, "hc_combine_norm", broken)
+    monkeypatch.setattr(mhc_hook, "hc_mix_stats", broken)
+    hc = callers.v41_decoder_layer(torch.Generator().manual_seed(3), "cpu", hidden=64).attn_hc
+    x = torch.randn(3, 4, 64).bfloat16()
+    pre = torch.rand(3, 4) + 0.1
+    calls = (lambda: mhc.combine(hc, mhc.HcState(x, pre)), lambda: mhc.mix_stats(hc, x))
+    monkeypatch.setattr(dispatch, "ranks", lambda: 4)
+    for call in calls:
+        with pytest.raises(RuntimeError, match="injected"):
+            call()
+    monkeypatch.setattr(dispatch, "ranks", lambda: 1)
+    for call in calls:
+        call()  # SGLang's function
+    counts = fired()
+    for hook in ("combine._combine", "mhc._mix_stats_impl"):
+        assert counts[hook]["ours"] == 0
+        assert counts[hook]["sglang"] == {
+            "raised on 1 of 4 ranks: RuntimeError: injected": 1,
+            "error: RuntimeError: injected": 1,
+        }

@@ -12,6 +12,9 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
 )
 from dsv41_kernels.reference.accept import accept_greedy as reference
 
+OPS = ("accept_greedy",)
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
+
 
 def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
     bs, n, vocab = (2, 3, 4099) if small else (1, 6, 129280)

@@ -18,6 +18,9 @@ from dsv41_kernels.ops.attention.decoding_sched_meta import (
 )
 from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
 
+OPS = ("decoding_sched_meta",)
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
+
 
 def baseline_decoding_sched_meta(
     tile_scheduler_metadata: torch.Tensor,

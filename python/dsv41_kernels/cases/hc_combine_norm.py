@@ -21,6 +21,9 @@ from dsv41_kernels.reference.mhc import HC_MULT
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8 import scale_buffer_size
 
+OPS = ("hc_combine_norm", "hc_combine_norm_mxfp8")
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
+
 
 def beyond_one_bf16_ulp(y: torch.Tensor, y64: torch.Tensor) -> int:
     """Elements of bf16 ``y`` farther than one bf16 ulp (at ``y64``'s magnitude) from the float64

@@ -7,12 +7,17 @@ import functools
 
 import torch
 
-from dsv41_kernels.cases.common import CheckCase
-from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+from dsv41_kernels.admission import refuse
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import check_config, launch, num_sms, split_k_config
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
 from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
+from dsv41_kernels.reference.mhc import split_tf32 as reference_split_tf32
+
+OPS = ("hc_mix_stats", "split_tf32")
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
 
 
 def single_pass_tf32(x, fn, scale, base, *, return_mix: bool = False):
@@ -123,4 +128,24 @@ def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
                 ),
             )
         )
-    return cases
+    return cases + split_tf32_cases(device, hidden)
+
+
+def split_tf32_cases(device: torch.device, hidden: int) -> list[CheckCase]:
+    """The derived weights' split of a mixing weight ``fn [24, 4H]`` holding ±0, ±Inf, NaN,
+    subnormals and fp32's extremes."""
+    gen = torch.Generator(device="cpu").manual_seed(71)
+    fn = torch.randn(HC_MIX, HC_MULT * hidden, generator=gen) * 1e-2
+    specials = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-45, -3e-39, 3.4e38]
+    fn.view(-1)[: len(specials)] = torch.tensor(specials)
+    fn = fn.to(device)
+    return [
+        CheckCase(
+            op="split_tf32",
+            shape=f"[{HC_MIX}, {HC_MULT * hidden}] fp32",
+            admission=refuse("torch bit operations on every device: no kernel to admit"),
+            run=lambda: split_tf32(fn),
+            reference=lambda: reference_split_tf32(fn),
+            mismatches=bit_mismatches,
+        )
+    ]

@@ -7,10 +7,18 @@ import functools
 
 import torch
 
-from dsv41_kernels.cases.common import CheckCase
-from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission, pack_topk
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.ops.moe.moe_fused_gate import (
+    moe_fused_gate,
+    moe_fused_gate_admission,
+    pack_topk,
+    pack_topk_admission,
+)
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 from dsv41_kernels.reference.moe_router import vision_topk
+
+OPS = ("moe_fused_gate", "pack_topk")
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
 
 WEIGHT_ULP_BOUND = 2
 """Stated distance of the kernel's weights from the reference on a GPU, in fp32 ulp."""
@@ -77,7 +85,29 @@ def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
                 baseline=baseline,
             )
         )
-    return found
+    return found + pack_topk_cases(device, small)
+
+
+def pack_topk_cases(device: torch.device, small: bool) -> list[CheckCase]:
+    """The separate packing launch: weights with NaN, ±Inf, ±0, subnormals and bf16 ties."""
+    num_tokens = 6 if small else 64
+    gen = torch.Generator(device="cpu").manual_seed(61)
+    ids = torch.randint(0, 384, (num_tokens, 6), generator=gen, dtype=torch.int32)
+    weights = torch.rand(num_tokens, 6, generator=gen)
+    specials = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-40, 1.0 + 2**-8]
+    weights.view(-1)[: len(specials)] = torch.tensor(specials)  # 1 + 2^-8: a tie to even
+    ids, weights = ids.to(device), weights.to(device)
+    return [
+        CheckCase(
+            op="pack_topk",
+            shape=f"[{num_tokens}, 6] int32 ids, fp32 weights",
+            admission=pack_topk_admission(ids, weights),
+            run=lambda: pack_topk(ids, weights),
+            reference=lambda: pack_topk_reference(ids, weights),
+            mismatches=bit_mismatches,
+            baseline=lambda: pack_topk_reference(ids, weights),
+        )
+    ]
 
 
 def fp32_ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,9 @@ from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize, mxfp8_
 from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
 
+OPS = ("mxfp8_quantize",)
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
+
 
 def special_values_bf16(k: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """Rows of hand-picked blocks covering docs/specs.md B.3: zeros of both signs, 448, the largest

@@ -7,6 +7,9 @@ import torch
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
 
+OPS = ("row_argmax",)
+"""The op names this module's cases check (``dsv41-kernels check --ops``)."""
+
 
 def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
     shapes = [(6, 5003), (2, 8192 + 17)] if small else [(1, 129280), (6, 129280), (64, 129280)]

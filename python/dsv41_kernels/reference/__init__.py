@@ -19,6 +19,7 @@ _EXPORTS = {
     "hc_gates": "dsv41_kernels.reference.mhc",
     "hc_sinkhorn": "dsv41_kernels.reference.mhc",
     "pack_topk": "dsv41_kernels.reference.moe_router",
+    "split_tf32": "dsv41_kernels.reference.mhc",
     "vision_topk": "dsv41_kernels.reference.moe_router",
 }
 

@@ -12,7 +12,8 @@ def accept_greedy(candidates, logits, *, cutoff_verify_lens=None):
     ``correct_len[b]`` counts the leading ``k`` with ``candidates[b][k + 1] == predict[b][k]``;
     the bonus token is ``predict[b][correct_len[b]]``. With ``cutoff_verify_lens`` the length
     is capped at ``verify_lens[b] - 1``, ``cap_trim_lens`` is what the cap removed, and the
-    bonus is read at the capped length (a negative one wraps, as Python indexing does).
+    bonus is read at the capped length (a negative one wraps, as Python indexing does;
+    lengths below ``1 - n`` count as ``1 - n``).
     Returns ``(correct_len int32 [bs], bonus int64 [bs], cap_trim_lens int32 [bs])``.
     """
     cand = candidates.tolist()
@@ -26,7 +27,8 @@ def accept_greedy(candidates, logits, *, cutoff_verify_lens=None):
             length += 1
         capped = length
         if cutoff_verify_lens is not None:
-            capped = min(length, int(cutoff_verify_lens[b]) - 1)
+            # SGLang's lengths are 1..n; below 1 - n its bonus index would leave the row.
+            capped = min(length, max(int(cutoff_verify_lens[b]), 1 - n) - 1)
         correct.append(capped)
         trim.append(length - capped)
         bonus.append(predict[b][capped])

@@ -51,11 +51,30 @@ def bf16_sum_of_squares(v: torch.Tensor) -> torch.Tensor:
     return ss.float()
 
 
+def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 ``w`` -> ``(hi, lo)``: ``hi`` is ``w`` rounded toward zero to TF32's 11
+    significant bits (what a TF32 tensor core reads, docs/specs.md C.7), ``lo = w - hi``.
+
+    Stated in float64 values, not bits: a finite normal ``w`` with ``frexp`` exponent ``e``
+    keeps multiples of ``2^(e - 11)``; subnormals keep multiples of ``2^-136`` (the quantum of
+    the smallest normals, fp32's 23 fraction bits less 13). Both parts carry ``w``'s sign
+    (``-0.0 -> (-0.0, -0.0)``); ``±Inf`` and NaN are not split: ``hi = w``, ``lo = ±0``.
+    """
+    wide = w.double()
+    _, exponent = torch.frexp(wide)
+    quantum = torch.ldexp(torch.ones_like(wide), torch.clamp(exponent, min=-125) - 11)
+    kept = torch.trunc(wide / quantum) * quantum  # exact in float64; -0.0 stays -0.0
+    finite = torch.isfinite(w)
+    hi = torch.where(finite, kept.float(), w)  # NaN payloads kept
+    lo = torch.where(finite, (wide - kept).float(), torch.zeros_like(w))
+    return hi, torch.copysign(lo, w)
+
+
 def _combine_bf16(x: torch.Tensor, pre: torch.Tensor) -> torch.Tensor:
     """x [m, 4*H] bf16, pre [m, 4] fp32 -> bf16 [m, H]: ((p0·x0 + p1·x1) + p2·x2) + p3·x3 in
     fp32, each product and sum rounded (no fused multiply-add), then rounded to bf16."""
     m = x.shape[0]
-    streams = x.view(m, HC_MULT, -1).float()
+    streams = x.view(m, HC_MULT, x.shape[1] // HC_MULT).float()  # m may be 0
     weights = pre.float()
     acc = streams[:, 0] * weights[:, 0:1]
     for i in range(1, HC_MULT):

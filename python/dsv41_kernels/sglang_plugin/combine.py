@@ -62,6 +62,7 @@ def combine_hook(original, hc, state, quantized):
         admission,
         lambda: _combine(hc, state, quantized if quantize else None, admission),
         lambda: original(hc, state, quantized),
+        replicated=True,  # y feeds the residual streams every rank holds a copy of
     )
 
 

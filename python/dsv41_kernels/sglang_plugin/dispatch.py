@@ -10,7 +10,12 @@ device, nothing that breaks capture.
 When our op raises in eager mode, that call goes to SGLang's function, the hook logs the error
 once at WARNING and stays off for the rest of the process (the counts and the exit report show
 it). SGLang's warm-up runs before graph capture are eager, so a failure shows up there; inside
-a capture the error is raised, since a half-recorded graph cannot be taken back.
+a capture the error is raised, since a half-recorded graph cannot be taken back. A hook whose
+result feeds state every rank holds a copy of (``replicated``: the mHC combine and statistics
+feed the residual streams) raises instead of falling back when this process is one of several
+ranks: SGLang's function would give this rank other bits than the ranks where ours runs, and
+their copies would drift apart silently. The error then stops the server at warm-up, on the
+rank that cannot run our op (``DSV41_KERNELS_DISABLE`` on every rank switches the hook off).
 
 ``DSV41_KERNELS_REPORT=1`` prints the counts to stderr when the process exits.
 """
@@ -50,9 +55,23 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def run(hook: str, admission: Admission, ours: Callable[[], Any], original: Callable[[], Any]):
+def ranks() -> int:
+    """Processes in this one's default ``torch.distributed`` group (1 without one)."""
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def run(
+    hook: str,
+    admission: Admission,
+    ours: Callable[[], Any],
+    original: Callable[[], Any],
+    *,
+    replicated: bool = False,
+):
     """``ours()`` when ``admission`` admits and ``hook`` has not failed before, else
-    ``original()``; the call is counted under ``hook``."""
+    ``original()``; the call is counted under ``hook``. ``replicated``: the result feeds
+    state every rank holds a copy of, so an error of ours is raised on a multi-rank run."""
     failure = _failed.get(hook)
     if failure is not None:
         _count(hook, f"off after an error: {failure}")
@@ -66,6 +85,15 @@ def run(hook: str, admission: Admission, ours: Callable[[], Any], original: Call
         if _capturing():
             raise
         failure = f"{type(e).__name__}: {e}"[:200]
+        if replicated and ranks() > 1:
+            _count(hook, f"raised on 1 of {ranks()} ranks: {failure}")
+            logger.error(
+                "dsv41-kernels: %s raised on this rank of %d; not falling back to SGLang's "
+                "function, whose bits would differ from the other ranks' replicated state",
+                hook,
+                ranks(),
+            )
+            raise
         with _lock:
             first = hook not in _failed
             _failed[hook] = failure

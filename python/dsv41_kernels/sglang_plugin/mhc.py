@@ -102,6 +102,7 @@ def mix_stats_hook(original, hc, x):
             admission=admission,
         ),
         lambda: original(hc, x),
+        replicated=True,  # the gates feed the residual streams every rank holds a copy of
     )
 
 

@@ -72,7 +72,9 @@ def _enum_value(member) -> str | None:
     return None if member is None else getattr(member, "value", str(member))
 
 
-def router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info) -> Admission:
+def router_admission(
+    logits, bias, bias_alt, input_ids, image_token_id, rows, config, dispatch_info
+) -> Admission:
     """Our router for these arguments, or SGLang's (pure: no values read)."""
     if dispatch_info is not None:
         return refuse("expert-location dispatch remaps ids inside SGLang's router")
@@ -88,6 +90,7 @@ def router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_i
         bias,
         bias_alt=bias_alt,
         input_ids=input_ids,
+        image_token_id=image_token_id,
         top_k=config.top_k,
         num_token_non_padded=rows,
     )
@@ -119,7 +122,9 @@ def vision_topk_hook(
     bias, bias_alt = moe.gate.e_score_correction_bias, moe.gate.e_score_correction_bias_vl
     if input_ids is None:
         bias_alt = None
-    admission = router_admission(logits, bias, bias_alt, input_ids, rows, config, dispatch_info)
+    admission = router_admission(
+        logits, bias, bias_alt, input_ids, moe.config.image_token_id, rows, config, dispatch_info
+    )
     return dispatch.run(
         "router.vision_topk",
         admission,

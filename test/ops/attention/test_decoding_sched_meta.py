@@ -3,6 +3,7 @@
 import dataclasses
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from dsv41_kernels.ops.attention.decoding_sched_meta import (
 )
 from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference
 from dsv41_kernels.reference.flashmla_sched import request_tokens
+from test.machine import on_cuda, pretend_toolchain
 
 
 def as_tensors(meta, splits):
@@ -501,3 +503,42 @@ def test_gpu_check_cases():
 
     records = [run_case(c, timed=False) for c in check_cases(torch.device("cuda"), small=False)]
     assert records and all(r["exact"] and r["path"] == "kernel" for r in records)
+
+
+def test_admission_needs_a_toolchain(monkeypatch):
+    """A serving image with apache-tvm-ffi but no nvcc: the kernel is refused (the reference
+    runs) as every other op's CUDA path is, instead of raising inside SGLang's scheduler hook."""
+    meta, splits = (on_cuda(t) for t in outputs(4, 22))
+    pretend_toolchain(False, monkeypatch.setattr)
+    verdict = decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG)
+    assert not verdict and "toolchain" in verdict.reason
+    pretend_toolchain(True, monkeypatch.setattr)
+    assert decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG).kernel == "cuda"
+
+
+def test_numpy_integers_are_ints_and_bools_are_not():
+    plain = decoding_sched_meta(*outputs(4, 22), SPARSE_CONFIG)
+    numpy = DecodingSchedConfig(
+        topk=np.int64(2048),
+        extra_topk=np.int32(512),
+        block_size_n=np.int64(64),
+        fixed_overhead_num_blocks=np.uint8(5),
+    )
+    assert all(
+        torch.equal(a, b) for a, b in zip(decoding_sched_meta(*outputs(4, 22), numpy), plain)
+    )
+    args = dict(num_sms=np.int64(132), s_q=np.int32(1), h_q=np.int64(64), arch_major=np.int64(9))
+    assert num_sm_parts(**args) == 132 and type(num_sm_parts(**args)) is int
+    for field in ("topk", "block_size_n", "fixed_overhead_num_blocks"):
+        config = dataclasses.replace(SPARSE_CONFIG, **{field: True})
+        with pytest.raises(ValueError, match=f"{field} must be an int, got the bool"):
+            decoding_sched_meta(*outputs(4, 22), config)
+        assert field in decoding_sched_meta_admission(*outputs(4, 22), config).reason
+    with pytest.raises(ValueError, match="s_q must be an int"):
+        num_sm_parts(num_sms=132, s_q=True, h_q=64, arch_major=9)
+
+
+@pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 2.5])
+def test_device_sched_config_names_its_device(device):
+    with pytest.raises(ValueError, match="device"):
+        device_sched_config(device, s_q=1, h_q=64)

@@ -1,8 +1,10 @@
 import math
 
+import numpy as np
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import admit, triton_interpreter
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_combine_norm import (
@@ -228,7 +230,7 @@ def test_fallback_paths_match_reference(monkeypatch):
     assert_bits_equal(
         hc_combine_norm(strided[:, ::2], pre, weight, EPS), reference(x, pre, weight, EPS)
     )
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     if not x.is_cuda:
         assert not hc_combine_norm_admission(x, pre, weight, quantize=True)
     assert_bits_equal(hc_combine_norm_mxfp8(x, pre, weight, EPS), unfused(x, pre, weight, EPS))
@@ -418,3 +420,29 @@ def test_cuda_kernel_is_only_chosen_for_cuda_tensors():
     assert not cuda_kernel_fits(x, weight)
     admission = hc_combine_norm_admission(x, pre, weight, quantize=True)
     assert "cuda cluster" not in admission.reason and admission.kernel != CUDA_CLUSTER
+
+
+@pytest.mark.parametrize(
+    "out, match",
+    [
+        ("y", "out must be \\(y, \\(data, scales\\)\\), got Tensor"),
+        ("three", "out must be \\(y, \\(data, scales\\)\\), got a tuple of 3"),
+        ("y and y", "out\\[1\\] must be \\(data, scales\\), got Tensor"),
+    ],
+)
+def test_fused_out_of_the_wrong_structure_is_named(out, match):
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=9)
+    y = torch.empty(3, 64, dtype=torch.bfloat16)
+    out = {"y": y, "three": (y, y, y), "y and y": (y, y)}[out]
+    with pytest.raises(ValueError, match=match):
+        hc_combine_norm_mxfp8(x, pre, weight, EPS, out=out)
+    verdict = hc_combine_norm_admission(x, pre, weight, quantize=True, out=out)
+    assert not verdict and "out" in verdict.reason
+
+
+def test_eps_takes_numpy_floats_and_refuses_bools():
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=10)
+    plain = hc_combine_norm(x, pre, weight, float(np.float32(1e-6)))
+    assert_bits_equal(hc_combine_norm(x, pre, weight, np.float32(1e-6)), plain)
+    with pytest.raises(ValueError, match="eps must be a number, got the bool"):
+        hc_combine_norm(x, pre, weight, True)

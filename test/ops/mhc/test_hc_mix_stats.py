@@ -1,6 +1,8 @@
+import numpy as np
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import admit, triton_interpreter
 from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
@@ -126,7 +128,7 @@ def test_admission_names_the_path(m, mode, path):
 
 
 def test_admission_refuses_without_triton_device_and_fallback_is_fp32_torch(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     x, fn, scale, base = example_inputs(4, 16, device="cpu")
     adm = hc_mix_stats_admission(x, fn)
     assert not adm and "without a Triton device" in adm.reason
@@ -164,6 +166,43 @@ def test_bad_arguments_name_themselves():
         hc_mix_stats(x, fn, scale, base, iters=0)
     with pytest.raises(ValueError, match="fn"):
         HcDerivedWeights(fn[:8])
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(iters=2.5), "iters must be an int"),
+        (dict(iters=True), "iters must be an int, got the bool"),
+        (dict(iters=10**6), "iters must be in"),
+        (dict(eps="1e-6"), "eps must be a number"),
+        (dict(rms_eps=None), "rms_eps must be a number"),
+        (dict(post_mult=np.ones(2)), "post_mult must be a number"),
+        (dict(return_mix=torch.ones(2)), "return_mix must be a bool"),
+        (dict(config="fast"), "config must be a SplitKConfig"),
+    ],
+)
+def test_bad_scalars_name_themselves_before_any_kernel(kwargs, match):
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    with pytest.raises(ValueError, match=match):
+        hc_mix_stats(x, fn, scale, base, **kwargs)
+
+
+@needs_kernel
+def test_numpy_scalars_are_python_numbers():
+    x, fn, scale, base = example_inputs(5, 16, device=DEVICE)
+    plain = hc_mix_stats(x, fn, scale, base, iters=7, eps=1e-5, rms_eps=1e-6, post_mult=2.0)
+    numpy = hc_mix_stats(
+        x,
+        fn,
+        scale,
+        base,
+        iters=np.int64(7),
+        eps=np.float64(1e-5),
+        rms_eps=1e-6,
+        post_mult=np.float32(2.0),
+    )
+    for a, b in zip(numpy, plain, strict=True):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("path", ["compensated", "small_row", "batch_invariant"])

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import dsv41_kernels.reference.moe_router as moe_router
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, check_cases, fp32_ulp_distance
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission, pack_topk
@@ -300,7 +301,7 @@ def test_kernel_writes_caller_outputs_and_handles_empty():
 
 
 def test_fallback_is_the_reference(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # admission refuses CPU tensors
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)  # admission refuses CPU tensors
     gen = torch.Generator().manual_seed(7)
     logits, bias, bias_alt, input_ids = make_case(gen, 5, 32)
     assert not moe_fused_gate_admission(logits, bias, top_k=6)
@@ -538,3 +539,73 @@ def test_gpu_cuda_graph_replay_reads_device_count():
     )
     assert_bits_equal((weights, ids), ref)
     assert torch.equal(packed, moe_router.pack_topk(ids, weights))
+
+
+def test_image_token_id_outside_the_ids_dtype_is_refused():
+    """int32 ids are compared in int32: an id outside that range would match other tokens on
+    the kernel than in the reference, so it is refused (naming it); int64 ids take it."""
+    gen = torch.Generator().manual_seed(21)
+    logits, bias, bias_alt, input_ids = make_case(gen, 4, 16, specials=False)
+    for too_big in (2**31, -(2**31) - 1, 2**32 + IMAGE):
+        kwargs = dict(bias_alt=bias_alt, input_ids=input_ids.int(), image_token_id=too_big)
+        with pytest.raises(ValueError, match="image_token_id"):
+            moe_fused_gate(logits, bias, top_k=2, **kwargs)
+        verdict = moe_fused_gate_admission(logits, bias, top_k=2, **kwargs)
+        assert not verdict and "image_token_id" in verdict.reason
+    wide = dict(bias_alt=bias_alt, input_ids=input_ids, image_token_id=2**31)
+    assert_bits_equal(
+        moe_fused_gate(logits, bias, top_k=2, **wide),
+        vision_topk(logits, bias, bias_alt, input_ids, image_token_id=2**31, top_k=2),
+    )
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(top_k=0), "top_k must be in"),
+        (dict(top_k=-1), "top_k must be in"),
+        (dict(top_k=6.0), "top_k must be an int"),
+        (dict(top_k=True), "top_k must be an int, got the bool"),
+        (dict(top_k=3, num_shared_slots=3), "num_shared_slots must be in"),
+        (dict(top_k=3, num_shared_slots=np.float32(1)), "num_shared_slots must be an int"),
+        (dict(top_k=3, num_token_non_padded=True), "num_token_non_padded"),
+        (dict(top_k=3, renormalize_eps="1e-20"), "renormalize_eps must be a number"),
+        (dict(top_k=3, routed_scaling_factor=None), "routed_scaling_factor must be a number"),
+        (dict(top_k=3, renormalize=torch.ones(2)), "renormalize must be a bool"),
+    ],
+)
+def test_bad_routing_options_name_themselves(kwargs, match):
+    logits, bias = torch.randn(3, 16), torch.zeros(16)
+    with pytest.raises(ValueError, match=match):
+        moe_fused_gate(logits, bias, **kwargs)
+    if set(kwargs) == {"top_k"}:  # the admission takes top_k alone, and refuses it
+        verdict = moe_fused_gate_admission(logits, bias, **kwargs)
+        assert not verdict and "top_k" in verdict.reason
+
+
+def test_numpy_scalars_are_python_numbers():
+    gen = torch.Generator().manual_seed(22)
+    logits, bias, bias_alt, input_ids = make_case(gen, 5, 16, specials=False)
+    vision = dict(bias_alt=bias_alt, input_ids=input_ids)
+    plain = moe_fused_gate(
+        logits,
+        bias,
+        **vision,
+        image_token_id=IMAGE,
+        top_k=4,
+        num_shared_slots=1,
+        routed_scaling_factor=1.5,
+        num_token_non_padded=3,
+    )
+    numpy = moe_fused_gate(
+        logits,
+        bias,
+        **vision,
+        image_token_id=np.int64(IMAGE),
+        top_k=np.int64(4),
+        num_shared_slots=np.int32(1),
+        routed_scaling_factor=np.float32(1.5),
+        num_token_non_padded=np.int64(3),
+        renormalize=np.bool_(True),
+    )
+    assert_bits_equal(numpy, plain)

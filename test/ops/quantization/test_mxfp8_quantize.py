@@ -1,6 +1,9 @@
+import warnings
+
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.cases.mxfp8_quantize import special_values_bf16
 from dsv41_kernels.ops.quantization.mxfp8_quantize import (
@@ -263,7 +266,7 @@ def test_fallback_paths_match_reference(monkeypatch):
     strided = kernel_inputs(4, 256, seed=5)[:, ::2]
     assert not mxfp8_quantize_admission(strided)
     assert_same_bytes(mxfp8_quantize(strided), reference(strided))
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     if not x.is_cuda:
         assert not mxfp8_quantize_admission(x)
     assert_same_bytes(mxfp8_quantize(x, swizzled=False), reference(x, swizzled=False))
@@ -343,3 +346,22 @@ def test_gpu_matches_flashinfer_on_sm100():
         q, sf = mxfp8_quantize(x)
         assert torch.equal(q.view(torch.uint8), q_fi.view(torch.uint8)[:, :k])
         assert torch.equal(sf, sf_fi.reshape(-1).view(torch.uint8))
+
+
+@pytest.mark.parametrize("shape", [(5, 0), (0, 64), (0, 0)])
+@pytest.mark.parametrize("swizzled", [True, False])
+def test_empty_inputs_give_the_references_empty_outputs(shape, swizzled):
+    """[M, 0] has no blocks and [0, K] no rows: nothing to launch, on either path."""
+    x = torch.empty(shape, dtype=torch.bfloat16)
+    assert_same_bytes(mxfp8_quantize(x, swizzled=swizzled), reference(x, swizzled=swizzled))
+
+
+@needs_kernel
+def test_infinite_blocks_quantize_without_a_numpy_warning():
+    """±Inf in a block makes scale 254 and a zero multiplier: Inf · 0 is NaN, +448. The
+    interpreter selects it rather than multiplying, so numpy has nothing to warn about."""
+    x = torch.ones(2, 64, dtype=torch.bfloat16)
+    x[0, 3], x[1, 40] = INF, -INF
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # over this module's ignore
+        assert_same_bytes(mxfp8_quantize(x), reference(x))

@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.jit import module_available, sm_major
 from dsv41_kernels.ops.speculative.accept_greedy import (
@@ -108,7 +109,7 @@ def test_preallocated_out():
 
 
 def test_fallback_when_refused(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     gen = torch.Generator().manual_seed(14)
     candidates, logits, cutoff = make_case(3, 6, 4096, gen)
     assert not accept_greedy_admission(candidates, logits)
@@ -243,12 +244,12 @@ def test_gpu_cluster_accept_equals_triton_accept():
 def test_gpu_cluster_accept_across_the_generation_wrap():
     """The tickets' 31-bit generation wraps to 0; slots of the previous generation (and the -1
     of rows a launch did not use) are never read as current, on either side of the wrap."""
-    from dsv41_kernels.ops.speculative.accept_greedy import cluster_workspace
+    from dsv41_kernels.ops.speculative.accept_greedy import CLUSTER_WORKSPACE
 
     gen = torch.Generator().manual_seed(18)
     candidates, logits, cutoff = make_case(1, 6, 129280, gen)
     accept_greedy(candidates.cuda(), logits.cuda())  # the workspace exists
-    slots, tickets = cluster_workspace(logits.cuda().device)
+    slots, tickets = CLUSTER_WORKSPACE.get(logits.cuda().device)
     tickets[0] = (2**31 - 2) << 32
     for i in range(8):
         n = (6, 3, 8, 1)[i % 4]
@@ -257,3 +258,45 @@ def test_gpu_cluster_accept_across_the_generation_wrap():
         ref = accept_greedy_torch(candidates, logits, cutoff)
         assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
     assert int(tickets[0]) >> 32 == 6  # 2**31 - 2 + 8 launches, modulo 2**31
+
+
+# ---- verify lengths outside SGLang's 1..n -----------------------------------------------------
+
+OUTSIDE_VERIFY_LENS = [-(2**63), -(2**31) - 1, -(2**31), -13, -6, -5, -1, 0, 1, 6, 7]
+OUTSIDE_VERIFY_LENS += [2**31 - 1, 2**31, 2**32 + 1, 2**63 - 1]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_every_verify_length_has_one_answer_on_every_path(dtype):
+    """Values are never checked (that would sync), so each has an exact result, the same on the
+    kernel and the fallback: 2**32 + 1 does not wrap to 1, and -13 gives no index error."""
+    values = [
+        v for v in OUTSIDE_VERIFY_LENS if torch.iinfo(dtype).min <= v <= torch.iinfo(dtype).max
+    ]
+    gen = torch.Generator().manual_seed(19)
+    candidates, logits, _ = make_case(len(values), 6, 4096, gen)
+    cutoff = torch.tensor(values, dtype=dtype)
+    ref = accept_rule(candidates, logits, cutoff_verify_lens=cutoff)
+    uncapped = accept_rule(candidates, logits)
+    for b, v in enumerate(values):
+        if v >= 6:  # a length past n never caps
+            assert int(ref[0][b]) == int(uncapped[0][b]) and int(ref[2][b]) == 0
+    assert_same(accept_greedy_torch(candidates, logits, cutoff), ref)
+    if accept_greedy_admission(candidates, logits, cutoff):  # the Triton kernel (interpreter)
+        assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
+
+
+@pytest.mark.gpu
+def test_gpu_every_verify_length_has_one_answer_on_every_kernel():
+    """The CUDA cluster accept and the Triton kernel read the same lengths the same way."""
+    gen = torch.Generator().manual_seed(20)
+    for dtype in (torch.int64, torch.int32):
+        info = torch.iinfo(dtype)
+        for v in (v for v in OUTSIDE_VERIFY_LENS if info.min <= v <= info.max):
+            candidates, logits, _ = (t.cuda() for t in make_case(1, 6, 129280, gen))
+            cutoff = torch.tensor([v], dtype=dtype, device="cuda")
+            ref = accept_rule(candidates.cpu(), logits.cpu(), cutoff_verify_lens=cutoff.cpu())
+            assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
+            triton_out = tuple(torch.empty_like(t, device="cuda") for t in ref)
+            launch_triton(candidates, logits, cutoff, triton_out)
+            assert_same(triton_out, ref)

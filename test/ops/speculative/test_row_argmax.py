@@ -1,6 +1,7 @@
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER, TRITON
 from dsv41_kernels.ops.speculative.row_argmax import (
@@ -58,7 +59,7 @@ def test_admission_table(shape, dtype, view, ok, why):
 
 
 def test_admission_refuses_cpu_without_interpreter(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     verdict = row_argmax_admission(torch.empty(6, 8192))
     assert not verdict and "cpu" in verdict.reason
 
@@ -67,7 +68,9 @@ def test_admission_refuses_cpu_without_interpreter(monkeypatch):
 
 
 def test_fallback_matches_torch(monkeypatch):
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # admission refuses CPU: torch.argmax path
+    monkeypatch.setattr(
+        interpreter, "RUNS_IN_INTERPRETER", False
+    )  # admission refuses CPU: torch.argmax path
     gen = torch.Generator().manual_seed(0)
     x = torch.cat([random_logits(30, 4096, gen), torch.stack(special_rows(4096))])
     assert not row_argmax_admission(x)

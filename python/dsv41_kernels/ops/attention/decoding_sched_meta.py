@@ -34,7 +34,15 @@ from dataclasses import dataclass
 
 import torch
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_device,
+    check_int,
+    check_tensor,
+    invalid,
+    refuse,
+)
 from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
 
@@ -57,8 +65,9 @@ def num_sm_parts(*, num_sms: int, s_q: int, h_q: int, arch_major: int, d_qk: int
     ``d_qk`` 576 (the head-64 kernel run twice): ``num_sms / s_q``; SM100 head 128 at ``d_qk``
     512 (V4): ``num_sms / s_q / 2``. Always at least 1. Other combinations raise ValueError.
     """
-    if num_sms < 1 or s_q < 1:
-        raise ValueError(f"num_sms and s_q must be positive, got {num_sms} and {s_q}")
+    num_sms, s_q = check_int("num_sms", num_sms, low=1), check_int("s_q", s_q, low=1)
+    h_q, arch_major = check_int("h_q", h_q), check_int("arch_major", arch_major)
+    d_qk = check_int("d_qk", d_qk)
     if h_q not in (64, 128) or d_qk not in (512, 576):
         raise ValueError(
             f"FlashMLA's sparse decode takes h_q 64/128 and d_qk 512/576, got {h_q}, {d_qk}"
@@ -68,7 +77,9 @@ def num_sm_parts(*, num_sms: int, s_q: int, h_q: int, arch_major: int, d_qk: int
     elif arch_major == 10:
         parts = num_sms // s_q // (2 if h_q == 128 and d_qk == 512 else 1)
     else:
-        raise ValueError(f"FlashMLA's sparse decode runs on SM90 and SM100, not SM{arch_major}x")
+        raise ValueError(
+            f"arch_major: FlashMLA's sparse decode runs on SM90 and SM100, not SM{arch_major}x"
+        )
     return max(parts, 1)
 
 
@@ -83,6 +94,10 @@ def device_sched_config(
     device: torch.device, *, s_q: int, h_q: int, d_qk: int = 512
 ) -> tuple[int, int]:
     """``(num_sm_parts, fixed_overhead_num_blocks)`` FlashMLA uses on a CUDA ``device``."""
+    s_q, h_q, d_qk = check_int("s_q", s_q, low=1), check_int("h_q", h_q), check_int("d_qk", d_qk)
+    device = check_device("device", device)
+    if device.type != "cuda":
+        raise ValueError(f"device must be a CUDA device (FlashMLA's schedule), got {device}")
     props = torch.cuda.get_device_properties(device)
     return (
         num_sm_parts(
@@ -102,9 +117,18 @@ class DecodingSchedConfig:
     fixed_overhead_num_blocks: int = FIXED_OVERHEAD_NUM_BLOCKS  # see fixed_overhead_num_blocks()
 
 
-def _check_int(name: str, value: int, low: int) -> None:
-    if not isinstance(value, int) or not low <= value <= _INT32_MAX:
-        raise ValueError(f"{name} must be an int in [{low}, 2**31 - 1], got {value!r}")
+def _checked_config(config) -> DecodingSchedConfig:
+    """``config`` with every field checked (ValueError naming the field) and a Python int."""
+    if not isinstance(config, DecodingSchedConfig):
+        raise ValueError(f"config must be a DecodingSchedConfig, got {type(config).__name__}")
+    field = lambda name, low: check_int(name, getattr(config, name), low=low, high=_INT32_MAX)
+    topk = check_int("topk", config.topk)
+    return DecodingSchedConfig(
+        topk=topk if topk == -1 else field("topk", 1),
+        extra_topk=field("extra_topk", 0),
+        block_size_n=field("block_size_n", 1),
+        fixed_overhead_num_blocks=field("fixed_overhead_num_blocks", 0),
+    )
 
 
 def _present(topk_length, extra_topk_length, seqlens_k) -> dict[str, torch.Tensor]:
@@ -115,8 +139,9 @@ def _present(topk_length, extra_topk_length, seqlens_k) -> dict[str, torch.Tenso
 
 def _validate(
     tile_scheduler_metadata, num_splits, config, lengths: dict[str, torch.Tensor]
-) -> None:
-    """Raise ValueError naming the argument (or the config field)."""
+) -> DecodingSchedConfig:
+    """Raise ValueError naming the argument (or the config field); returns the checked config
+    (:func:`_checked_config`)."""
     check_tensor("tile_scheduler_metadata", tile_scheduler_metadata, dtypes=(torch.int32,), ndim=2)
     check_tensor("num_splits", num_splits, dtypes=(torch.int32,), ndim=1)
     parts, fields = tile_scheduler_metadata.shape
@@ -129,14 +154,8 @@ def _validate(
         raise ValueError(f"num_splits must be [batch_size + 1] with batch_size >= 1, got {b + 1}")
     if num_splits.device != tile_scheduler_metadata.device:
         raise ValueError("num_splits must be on tile_scheduler_metadata's device")
-    if not isinstance(config, DecodingSchedConfig):
-        raise ValueError(f"config must be a DecodingSchedConfig, got {type(config).__name__}")
-    _check_int("block_size_n", config.block_size_n, 1)
-    _check_int("fixed_overhead_num_blocks", config.fixed_overhead_num_blocks, 0)
+    config = _checked_config(config)
     topk = config.topk
-    if topk != -1:
-        _check_int("topk", topk, 1)
-        _check_int("extra_topk", config.extra_topk, 0)
     dense_only = {"seqlens_k"}
     for name, t in lengths.items():
         if (name in dense_only) != (topk == -1):
@@ -149,6 +168,7 @@ def _validate(
             raise ValueError(f"{name} must be on tile_scheduler_metadata's device")
     if topk == -1 and "seqlens_k" not in lengths:
         raise ValueError("seqlens_k is required in dense mode (topk == -1)")
+    return config
 
 
 def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor]) -> Admission:
@@ -237,7 +257,7 @@ def decoding_sched_meta(
             made it.
     """
     lengths = _present(topk_length, extra_topk_length, seqlens_k)
-    _validate(tile_scheduler_metadata, num_splits, config, lengths)
+    config = _validate(tile_scheduler_metadata, num_splits, config, lengths)
     if admission is None:
         admission = _plan(tile_scheduler_metadata, num_splits, lengths)
     if admission:
@@ -285,6 +305,9 @@ class DecodingSchedMeta:
         config: DecodingSchedConfig,
     ) -> DecodingSchedMeta:
         """Buffers for ``batch_size`` requests over ``num_sm_parts`` partitions."""
+        batch_size = check_int("batch_size", batch_size, low=1)
+        num_sm_parts = check_int("num_sm_parts", num_sm_parts, low=1)
+        device, config = check_device("device", device), _checked_config(config)
         return cls(
             tile_scheduler_metadata=torch.empty(num_sm_parts, 8, dtype=torch.int32, device=device),
             num_splits=torch.empty(batch_size + 1, dtype=torch.int32, device=device),

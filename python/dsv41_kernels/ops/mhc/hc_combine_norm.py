@@ -17,7 +17,7 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   (batch-invariant), and ``hc_combine_norm`` and the fused form, which always take the same
   kernel for the same shapes, give the same y:
 
-  - on sm_90+ (with its module at hand and aligned rows, :func:`cuda_kernel_fits`) the CUDA
+  - on sm_90+ (aligned rows, :func:`cuda_kernel_fits`) the CUDA
     kernel ``sgl-kernel/csrc/hc_combine_norm.cu``: a row is split over a thread-block cluster
     of C CTAs (C = 4 for H = 5120 and 4096), each holding H/C columns, and the sum is per
     thread in column order, a butterfly over each warp, then the warp sums of the whole
@@ -30,7 +30,10 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
     (:data:`DEFAULT_VARIANT`: 8 warps); then ``head + tail``.
 
   The two orders differ, so the kernels' y may differ by one bf16 ulp; each is within one bf16
-  ulp of the same norm in float64 (away from fp32 overflow of Σx_in²).
+  ulp of the same norm in float64 (away from fp32 overflow of Σx_in²). y feeds the residual
+  streams every rank of a tensor-parallel group holds a copy of, so the choice is a function of
+  shapes, strides and the GPU's architecture only, never of the toolchain: a machine that
+  cannot build or load the CUDA module gets that error from the op, not the other kernel's bits.
 - The torch fallback (and :func:`dsv41_kernels.reference.mhc.hc_combine_norm`) computes Σx_in²
   order-free and rounded once, so it is within one bf16 ulp of float64 too but **not bitwise
   equal** to the kernel; the Triton interpreter's sum order is numpy's, not the GPU's.
@@ -62,13 +65,15 @@ import triton.language as tl
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_flag,
+    check_float,
     check_tensor,
-    cuda_kernel_runs,
     invalid,
     refuse,
     triton_device,
 )
-from dsv41_kernels.jit import load_module, sm_major
+from dsv41_kernels.interpreter import serialized
+from dsv41_kernels.jit import load_module, module_available, sm_major
 from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
@@ -102,9 +107,10 @@ class KernelVariant(NamedTuple):
 DEFAULT_VARIANT = KernelVariant(num_warps=8, hw_round=True)
 
 
-def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, int]:
+def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, int, float]:
     """Raise ValueError naming the argument unless the shapes and dtypes are the contract's;
-    returns ``(m, H)``. ``out``: y, or ``(y, (data, scales))`` with ``quantize``."""
+    returns ``(m, H, eps)``, ``eps`` a Python float. ``out``: y, or ``(y, (data, scales))`` with
+    ``quantize``."""
     check_tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
     m, width = x.shape
     if width % HC_MULT or width == 0:
@@ -121,19 +127,30 @@ def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, in
     for name, t in (("pre", pre), ("weight", weight)):
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device}, x on {x.device}")
-    if not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"eps must be a non-negative float, got {eps!r}")
+    eps = check_float("eps", eps, low=0.0)
     if out is None:
-        return m, h
+        return m, h, eps
     if not quantize:
         _check_out("out", out, (m, h), torch.bfloat16, x.device)
-        return m, h
-    y, (data, scales) = out
+        return m, h, eps
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise ValueError(f"out must be (y, (data, scales)), got {_structure(out)}")
+    y, quantized = out
+    if not (isinstance(quantized, (tuple, list)) and len(quantized) == 2):
+        raise ValueError(f"out[1] must be (data, scales), got {_structure(quantized)}")
+    data, scales = quantized
     _check_out("out y", y, (m, h), torch.bfloat16, x.device)
     _check_out("out data", data, (m, h), torch.float8_e4m3fn, x.device)
     size = scale_buffer_size(m, h, swizzled=True)
     _check_out("out scales", scales, (size,), torch.uint8, x.device)
-    return m, h
+    return m, h, eps
+
+
+def _structure(value) -> str:
+    """What ``value`` is, for a message: a type, or a tuple's length."""
+    if isinstance(value, (tuple, list)):
+        return f"a {type(value).__name__} of {len(value)}"
+    return type(value).__name__
 
 
 def _check_out(name: str, t, shape, dtype, device) -> None:
@@ -159,10 +176,11 @@ def _plan(x, weight, y, *, quantize: bool) -> Admission:
     if y is not None and y.stride(1) != 1:
         return refuse("out y's last-dim stride != 1")
     form = "combine+norm+mxfp8" if quantize else "combine+norm"
-    cuda, note = cuda_kernel(x, weight, y)
-    kernel = CUDA_CLUSTER if cuda else TRITON
-    reason = f"{where.reason}, {kernel}{note}, {form}, H = {h}"
-    return admit(kernel, reason, MODULE if cuda else None)
+    if not cuda_kernel_fits(x, weight, y):
+        return admit(TRITON, f"{where.reason}, {TRITON}, {form}, H = {h}")
+    found = module_available(MODULE, x.device.index or 0)  # where it loads from, or why not
+    reason = f"{where.reason}, {CUDA_CLUSTER} ({MODULE}: {found.reason}), {form}, H = {h}"
+    return admit(CUDA_CLUSTER, reason, MODULE)
 
 
 def hc_combine_norm_admission(
@@ -174,6 +192,7 @@ def hc_combine_norm_admission(
     data or scales that the epilogue cannot write in place (strided, unaligned) are filled by
     the quantizer after the kernel, so the bits stay those of the unfused pair."""
     try:
+        quantize = check_flag("quantize", quantize)
         _validate(x, pre, weight, 0.0, quantize=quantize, out=out)
     except ValueError as e:
         return invalid(e)
@@ -191,17 +210,16 @@ def _cuda_cluster(h: int) -> int:
     return next(c for c in (4, 2, 1) if h % (SF_VEC_SIZE * c) == 0)
 
 
-def cuda_kernel(x, weight, y=None) -> tuple[bool, str]:
-    """Whether the CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) runs, for both
-    forms alike: sm_90+ (thread-block clusters), 16-byte aligned rows of x and of y (the
-    caller's ``out``, if any), a contiguous 16-byte aligned weight and its module at hand; with
-    the note for the admission's reason (:func:`~dsv41_kernels.admission.cuda_kernel_runs`).
-    Pure: shapes, strides, alignment, the device and the module's files."""
+def cuda_kernel_fits(x, weight, y=None) -> bool:
+    """The CUDA cluster kernel (``sgl-kernel/csrc/hc_combine_norm.cu``) is the one for these
+    arguments, for both forms alike: sm_90+ (thread-block clusters), 16-byte aligned rows of x
+    and of y (the caller's ``out``, if any) and a contiguous 16-byte aligned weight. Pure:
+    shapes, strides, alignment and the GPU's architecture, never the machine's toolchain or
+    its module files (see the module docstring: every rank of a tensor-parallel group takes
+    the same kernel; a rank that cannot load the module raises instead)."""
     h = x.shape[1] // HC_MULT
     aligned = lambda t: t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and t.stride(0) * 2 % 16 == 0
-    return cuda_kernel_runs(
-        MODULE,
-        x,
+    return (
         x.is_cuda
         and h % SF_VEC_SIZE == 0
         and h // _cuda_cluster(h) <= CUDA_MAX_CTA_COLUMNS
@@ -210,13 +228,8 @@ def cuda_kernel(x, weight, y=None) -> tuple[bool, str]:
         and (y is None or aligned(y))
         and weight.is_contiguous()
         and weight.data_ptr() % 16 == 0
-        and sm_major(x.device.index or 0) >= 9,
+        and sm_major(x.device.index or 0) >= 9
     )
-
-
-def cuda_kernel_fits(x, weight, y=None) -> bool:
-    """Whether the CUDA cluster kernel runs (:func:`cuda_kernel`)."""
-    return cuda_kernel(x, weight, y)[0]
 
 
 def _epilogue_writes(quantized: Mxfp8SwizzledInput, cuda: bool) -> bool:
@@ -422,31 +435,32 @@ def launch(
         q, scales = quantized.data.view(torch.uint8), quantized.scales
     else:
         q, scales = y.view(torch.uint8), y.view(torch.uint8)  # unused
-    hc_combine_norm_kernel[(grid,)](
-        x.view(torch.int16),
-        pre,
-        weight.view(torch.int16),
-        y.view(torch.int16),
-        q,
-        scales,
-        rows,
-        x.stride(0),
-        pre.stride(0),
-        pre.stride(1),
-        weight.stride(0),
-        y.stride(0),
-        q.stride(0),
-        H=h,
-        EPS=float(np.float32(eps)),  # eps as the fp32 the kernel uses
-        HEAD_BLOCKS=head,
-        TAIL_BLOCKS=tail,
-        PADDED_COLS=padded_cols,
-        QUANTIZE=quantized is not None,
-        HW_CVT=x.is_cuda,
-        HW_ROUND=variant.hw_round and x.is_cuda,
-        num_warps=variant.num_warps,
-        enable_fp_fusion=False,
-    )
+    with serialized():
+        hc_combine_norm_kernel[(grid,)](
+            x.view(torch.int16),
+            pre,
+            weight.view(torch.int16),
+            y.view(torch.int16),
+            q,
+            scales,
+            rows,
+            x.stride(0),
+            pre.stride(0),
+            pre.stride(1),
+            weight.stride(0),
+            y.stride(0),
+            q.stride(0),
+            H=h,
+            EPS=float(np.float32(eps)),  # eps as the fp32 the kernel uses
+            HEAD_BLOCKS=head,
+            TAIL_BLOCKS=tail,
+            PADDED_COLS=padded_cols,
+            QUANTIZE=quantized is not None,
+            HW_CVT=x.is_cuda,
+            HW_ROUND=variant.hw_round and x.is_cuda,
+            num_warps=variant.num_warps,
+            enable_fp_fusion=False,
+        )
 
 
 def run_kernel(
@@ -490,7 +504,7 @@ def hc_combine_norm(
     CUDA-graph capture. ``admission``: this call's :func:`hc_combine_norm_admission`, when the
     caller already made it.
     """
-    m, h = _validate(x, pre, weight, eps, quantize=False, out=out)
+    m, h, eps = _validate(x, pre, weight, eps, quantize=False, out=out)
     if admission is None:
         admission = _plan(x, weight, out, quantize=False)
     if out is None:
@@ -521,7 +535,7 @@ def hc_combine_norm_mxfp8(
     written in place. ``admission``: this call's ``hc_combine_norm_admission(...,
     quantize=True)``, when the caller already made it.
     """
-    m, h = _validate(x, pre, weight, eps, quantize=True, out=out)
+    m, h, eps = _validate(x, pre, weight, eps, quantize=True, out=out)
     if out is None:
         y = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
         quantized = Mxfp8SwizzledInput(

@@ -14,10 +14,13 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 - ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
   per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
   reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
-  the gates and the 20-iteration Sinkhorn. On sm_80+ with its module at hand the projection is
+  the gates and the 20-iteration Sinkhorn. On sm_80+ (aligned rows) the projection is
   the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared
   memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s where the Triton
   projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2); elsewhere Triton.
+  The two differ in the last bits and the statistics feed the residual streams every rank of
+  a tensor-parallel group holds a copy of, so the choice never depends on the toolchain: a
+  machine that cannot build or load the CUDA module gets that error, not the other bits.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -42,13 +45,24 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_flag,
+    check_float,
+    check_int,
+    check_tensor,
+    invalid,
+    refuse,
+    triton_device,
+)
+from dsv41_kernels.jit import module_available
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     MODULE,
     SplitKConfig,
     check_config,
-    cuda_kernel,
+    cuda_kernel_fits,
     launch,
     num_sms,
     split_k_config,
@@ -61,13 +75,16 @@ COMPENSATED_MIN_ROWS = 128
 MIX_RTOL = 5e-6
 """Bound on ``max|mix - ref| / max|ref|`` against the float64 reference, stated for every path
 (the GPU tests also hold the compensated path ten times below single-pass TF32)."""
+MAX_SINKHORN_ITERS = 1000
+"""Sinkhorn converges in tens of iterations (V4 runs 20); the bound keeps a mistyped count from
+running for hours."""
 CUDA = "cuda"
 TRITON = "triton"
 """The projection's kernel, the second half of an admission's ``kernel`` name."""
 
 
 def _validate_inputs(x, weights, mode) -> None:
-    if mode not in MODES:
+    if not (isinstance(mode, str) and mode in MODES):
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16, torch.float32))
     if x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != HC_MULT):
@@ -81,8 +98,9 @@ def _validate_inputs(x, weights, mode) -> None:
         raise ValueError(f"weights is on {fn.device}, x on {x.device}")
 
 
-def _validate(x, weights, mode, scale, base, iters) -> None:
-    """Raise ValueError naming the argument."""
+def _validate(x, weights, mode, scale, base, scalars: dict) -> dict:
+    """Raise ValueError naming the argument; returns ``scalars`` (``iters``, ``rms_eps``,
+    ``eps``, ``post_mult``) as Python numbers."""
     _validate_inputs(x, weights, mode)
     check_tensor("scale", scale, dtypes=(torch.float32,))
     check_tensor("base", base, dtypes=(torch.float32,))
@@ -91,8 +109,10 @@ def _validate(x, weights, mode, scale, base, iters) -> None:
     for name, t in (("scale", scale), ("base", base)):
         if t.device != x.device:
             raise ValueError(f"{name} is on {t.device}, x on {x.device}")
-    if iters < 1:
-        raise ValueError(f"iters must be >= 1, got {iters}")
+    return {
+        "iters": check_int("iters", scalars["iters"], low=1, high=MAX_SINKHORN_ITERS),
+        **{name: check_float(name, scalars[name]) for name in ("rms_eps", "eps", "post_mult")},
+    }
 
 
 def _path(rows: int, mode: str) -> tuple[str, str]:
@@ -112,11 +132,10 @@ def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
     path, why = _path(x.shape[0], mode)
     projection, module = TRITON, None
     if path in ("compensated", "batch_invariant"):
-        cuda, note = cuda_kernel(x.flatten(1))
-        if cuda:
+        if cuda_kernel_fits(x.flatten(1)):  # never the toolchain: the same path on every rank
             projection, module = CUDA, MODULE
-            why += ", CUDA mma.sync projection"
-        why += note
+            found = module_available(MODULE, x.device.index or 0)
+            why += f", CUDA mma.sync projection ({MODULE}: {found.reason})"
         if not derived:
             why += ", fn split on every call (pass HcDerivedWeights)"
     return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
@@ -164,7 +183,11 @@ def hc_mix_stats(
 
     Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.
     """
-    _validate(x, weights, mode, scale, base, iters)
+    scalars = {"iters": iters, "rms_eps": rms_eps, "eps": eps, "post_mult": post_mult}
+    scalars = _validate(x, weights, mode, scale, base, scalars)
+    return_mix = check_flag("return_mix", return_mix)
+    if config is not None and not isinstance(config, SplitKConfig):
+        raise ValueError(f"config must be a SplitKConfig or None, got {type(config).__name__}")
     x2d = x.flatten(1)
     holder = weights if isinstance(weights, HcDerivedWeights) else None
     fn = holder.fn if holder else weights
@@ -172,8 +195,15 @@ def hc_mix_stats(
     if admission is None:
         admission = _plan(x, holder is not None, mode)
     if not admission:
-        mix = hc_mix(x2d, fn, rms_eps=rms_eps, dtype=torch.float32)
-        stats = hc_gates(mix, scale, base, iters=iters, eps=eps, post_mult=post_mult)
+        mix = hc_mix(x2d, fn, rms_eps=scalars["rms_eps"], dtype=torch.float32)
+        stats = hc_gates(
+            mix,
+            scale,
+            base,
+            iters=scalars["iters"],
+            eps=scalars["eps"],
+            post_mult=scalars["post_mult"],
+        )
         return (*stats, mix) if return_mix else stats
     path, projection = admission.kernel.split("/")
     numerics = "tf32x3" if path == "small_row" else "compensated"
@@ -191,9 +221,6 @@ def hc_mix_stats(
         numerics=numerics,
         cuda=cuda,
         cfg=cfg,
-        iters=iters,
-        rms_eps=rms_eps,
-        eps=eps,
-        post_mult=post_mult,
+        **scalars,
         return_mix=return_mix,
     )

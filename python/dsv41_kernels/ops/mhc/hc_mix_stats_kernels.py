@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import cuda_kernel_runs, triton_interpreter
+from dsv41_kernels.interpreter import serialized, triton_interpreter
 from dsv41_kernels.jit import load_module, sm_major
 from dsv41_kernels.ops.mhc.hc_derived_weights import LO_COLUMN, PACKED_COLUMNS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
@@ -41,28 +41,21 @@ CUDA_ROWS_PER_CTA = 128
 """Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_stats.cu``)."""
 
 
-def cuda_kernel(x2d: torch.Tensor) -> tuple[bool, str]:
-    """Whether the compensated projection runs the CUDA kernel (cp.async pipeline, TF32
-    mma.sync) instead of the Triton one: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of
-    stride 1 and its module at hand; with the note for the admission's reason
-    (:func:`~dsv41_kernels.admission.cuda_kernel_runs`). Pure: shapes, strides, alignment, the
-    device and the module's files."""
-    return cuda_kernel_runs(
-        MODULE,
-        x2d,
+def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
+    """The compensated projection is the CUDA kernel's (cp.async pipeline, TF32 mma.sync)
+    rather than the Triton one's: sm_80+, ``K % 64 == 0`` and 16-byte aligned rows of stride
+    1. Pure: shapes, strides, alignment and the GPU's architecture, never the toolchain (the
+    two projections differ in the last bits and the statistics feed replicated residual
+    streams: :mod:`.hc_mix_stats`)."""
+    return (
         x2d.is_cuda
         and x2d.dtype == torch.bfloat16
         and x2d.shape[1] % 64 == 0
         and x2d.stride(1) == 1
         and x2d.data_ptr() % 16 == 0
         and (x2d.stride(0) * 2) % 16 == 0
-        and sm_major(x2d.device.index or 0) >= 8,
+        and sm_major(x2d.device.index or 0) >= 8
     )
-
-
-def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
-    """Whether the compensated projection runs the CUDA kernel (:func:`cuda_kernel`)."""
-    return cuda_kernel(x2d)[0]
 
 
 @dataclass(frozen=True)
@@ -388,29 +381,30 @@ def _store4(ptr, a, b, c, d, row_ok):
 
 def _launch_triton_partials(x2d, w, partial, sqsum, *, numerics, cfg):
     m, k = x2d.shape
-    _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
-        x2d,
-        w,
-        partial,
-        sqsum,
-        m,
-        k,
-        w.shape[0],
-        x2d.stride(0),
-        x2d.stride(1),
-        w.stride(0),
-        w.stride(1),
-        0.0,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=partial.shape[2],
-        BLOCK_K=cfg.block_k,
-        EVEN_K=k % cfg.block_k == 0,
-        # tf32x3 (small_row): on the raw fn, its split made in registers (x's residual is 0).
-        PRECISION="tf32x3" if numerics == "tf32x3" else "tf32",
-        PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+    with serialized():
+        _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
+            x2d,
+            w,
+            partial,
+            sqsum,
+            m,
+            k,
+            w.shape[0],
+            x2d.stride(0),
+            x2d.stride(1),
+            w.stride(0),
+            w.stride(1),
+            0.0,
+            BLOCK_M=cfg.block_m,
+            BLOCK_N=partial.shape[2],
+            BLOCK_K=cfg.block_k,
+            EVEN_K=k % cfg.block_k == 0,
+            # tf32x3 (small_row): on the raw fn, its split made in registers (x's residual is 0).
+            PRECISION="tf32x3" if numerics == "tf32x3" else "tf32",
+            PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
+            num_warps=cfg.num_warps,
+            num_stages=cfg.num_stages,
+        )
 
 
 def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix):
@@ -434,30 +428,34 @@ def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, pos
         load_module(MODULE, device.index or 0).hc_mix_partials_tf32(x2d, w, partial, sqsum)
     else:
         _launch_triton_partials(x2d, w, partial, sqsum, numerics=numerics, cfg=cfg)
-    _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
-        partial,
-        sqsum,
-        scale.contiguous(),
-        base.contiguous(),
-        pre,
-        post,
-        comb,
-        mix,
-        m,
-        cfg.splits,
-        float(k),
-        rms_eps,
-        eps,
-        post_mult,
-        PART_N=part_n,
-        COMPENSATED=compensated,
-        LO_COLUMN=LO_COLUMN,
-        ITERS=iters,
-        FAST_RCP=not triton_interpreter(),
-        BLOCK_S=min(triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)),
-        BLOCK_R=cfg.finish_rows,
-        num_warps=_FINISH_WARPS,
+    slices_per_step = min(
+        triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)
     )
+    with serialized():
+        _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
+            partial,
+            sqsum,
+            scale.contiguous(),
+            base.contiguous(),
+            pre,
+            post,
+            comb,
+            mix,
+            m,
+            cfg.splits,
+            float(k),
+            rms_eps,
+            eps,
+            post_mult,
+            PART_N=part_n,
+            COMPENSATED=compensated,
+            LO_COLUMN=LO_COLUMN,
+            ITERS=iters,
+            FAST_RCP=not triton_interpreter(),
+            BLOCK_S=slices_per_step,
+            BLOCK_R=cfg.finish_rows,
+            num_warps=_FINISH_WARPS,
+        )
     return outputs
 
 

@@ -33,12 +33,15 @@ import triton.language as tl
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_flag,
+    check_float,
+    check_int,
     check_tensor,
     invalid,
     refuse,
     triton_device,
-    triton_interpreter,
 )
+from dsv41_kernels.interpreter import serialized, triton_interpreter
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
@@ -65,7 +68,11 @@ class RouterOptions:
     num_shared_slots: int = 0
 
 
-def _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded) -> None:
+def _validate_inputs(
+    logits, bias, bias_alt, input_ids, image_token_id, num_token_non_padded
+) -> tuple[int | None, int | torch.Tensor | None]:
+    """Raise ValueError naming the argument; returns ``image_token_id`` and
+    ``num_token_non_padded`` with NumPy integers made Python ints."""
     check_tensor("logits", logits, ndim=2)
     if not logits.dtype.is_floating_point:
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
@@ -79,6 +86,11 @@ def _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded) ->
         check_tensor("input_ids", input_ids, dtypes=_INDEX_DTYPES, ndim=1)
         if input_ids.shape[0] != num_tokens:
             raise ValueError(f"input_ids has {input_ids.shape[0]} tokens, logits {num_tokens}")
+    if image_token_id is not None:
+        # An id outside input_ids' integer range matches no token in the reference; the
+        # kernel would compare it in that range, so it is refused rather than wrapped.
+        info = torch.iinfo(input_ids.dtype if bias_alt is not None else torch.int64)
+        image_token_id = check_int("image_token_id", image_token_id, low=info.min, high=info.max)
     if isinstance(num_token_non_padded, torch.Tensor):
         check_tensor("num_token_non_padded", num_token_non_padded, dtypes=_INDEX_DTYPES)
         if num_token_non_padded.numel() != 1:
@@ -86,11 +98,27 @@ def _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded) ->
                 f"num_token_non_padded must hold one count, got shape "
                 f"{tuple(num_token_non_padded.shape)}"
             )
-    elif num_token_non_padded is not None and not isinstance(num_token_non_padded, int):
-        raise ValueError(
-            f"num_token_non_padded must be an int or a tensor, got "
-            f"{type(num_token_non_padded).__name__}"
-        )
+    elif num_token_non_padded is not None:
+        num_token_non_padded = check_int("num_token_non_padded", num_token_non_padded)
+    return image_token_id, num_token_non_padded
+
+
+def _router_options(
+    top_k, renormalize, renormalize_eps, routed_scaling_factor, scale_on_output, num_shared_slots
+) -> RouterOptions:
+    """The routing options, checked (ValueError naming the argument), as Python scalars."""
+    top_k = check_int("top_k", top_k, low=1)
+    num_shared_slots = check_int("num_shared_slots", num_shared_slots, low=0)
+    if num_shared_slots >= top_k:
+        raise ValueError(f"num_shared_slots must be in [0, top_k), got {num_shared_slots}")
+    return RouterOptions(
+        top_k=top_k,
+        renormalize=check_flag("renormalize", renormalize),
+        renormalize_eps=check_float("renormalize_eps", renormalize_eps),
+        routed_scaling_factor=check_float("routed_scaling_factor", routed_scaling_factor),
+        scale_on_output=check_flag("scale_on_output", scale_on_output),
+        num_shared_slots=num_shared_slots,
+    )
 
 
 def _check_output(name, t, dtype, shape):
@@ -99,17 +127,14 @@ def _check_output(name, t, dtype, shape):
         raise ValueError(f"{name} must have shape {shape}, got {tuple(t.shape)}")
 
 
-def _validate(logits, bias, options: RouterOptions, vision: dict, num_token_non_padded, outputs):
-    """Raise ValueError naming the argument. ``vision``: ``bias_alt``, ``input_ids`` and
-    ``image_token_id``; ``outputs``: ``packed_out``, ``out_weights``, ``out_ids`` (or None)."""
-    bias_alt, input_ids = vision["bias_alt"], vision["input_ids"]
-    _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded)
+def _validate(logits, bias, options: RouterOptions, vision: dict, outputs) -> None:
+    """Raise ValueError naming the argument (the inputs already checked). ``vision``:
+    ``bias_alt``, ``input_ids`` and ``image_token_id``; ``outputs``: ``packed_out``,
+    ``out_weights``, ``out_ids`` (or None)."""
     num_tokens, num_experts = logits.shape
-    if bias_alt is not None and vision["image_token_id"] is None:
+    if vision["bias_alt"] is not None and vision["image_token_id"] is None:
         raise ValueError("image_token_id is required with bias_alt")
     top_k, num_shared_slots = options.top_k, options.num_shared_slots
-    if not 0 <= num_shared_slots < top_k:
-        raise ValueError(f"num_shared_slots must be in [0, top_k), got {num_shared_slots}")
     if top_k - num_shared_slots > num_experts:
         raise ValueError(
             f"top_k {top_k} routes {top_k - num_shared_slots} experts, more than {num_experts}"
@@ -144,13 +169,15 @@ def moe_fused_gate_admission(
     *,
     bias_alt: torch.Tensor | None = None,
     input_ids: torch.Tensor | None = None,
+    image_token_id: int | None = None,
     top_k: int,
     num_token_non_padded: int | torch.Tensor | None = None,
 ) -> Admission:
     """Kernel or fallback, from devices, dtypes and sizes only (never values); the routing
     options other than ``top_k`` do not change the choice."""
     try:
-        _validate_inputs(logits, bias, bias_alt, input_ids, num_token_non_padded)
+        _validate_inputs(logits, bias, bias_alt, input_ids, image_token_id, num_token_non_padded)
+        top_k = check_int("top_k", top_k, low=1)
     except ValueError as e:
         return invalid(e)
     return _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
@@ -331,69 +358,92 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
     has_alt = bias_alt is not None
     # Pointers a constexpr switches off get a placeholder tensor: never read or written.
     packed = packed_out if packed_out is not None else out_ids
-    _vision_router_kernel[(num_tokens,)](
-        logits,
-        logits.stride(0),
-        logits.stride(1),
-        bias,
-        bias.stride(0),
-        bias_alt if has_alt else bias,
-        bias_alt.stride(0) if has_alt else 0,
-        input_ids if has_alt else out_ids,
-        input_ids.stride(0) if has_alt else 0,
-        int(vision["image_token_id"]) if has_alt else 0,
-        valid_rows if valid_from_ptr else out_ids,
-        0 if valid_from_ptr else int(valid_rows),
-        out_weights,
-        out_weights.stride(0),
-        out_weights.stride(1),
-        out_ids,
-        out_ids.stride(0),
-        out_ids.stride(1),
-        packed,
-        packed.stride(0),
-        packed.stride(1),
-        float(options.renormalize_eps),
-        float(options.routed_scaling_factor),
-        NUM_EXPERTS=num_experts,
-        TOP_K=options.top_k,
-        NUM_SHARED=options.num_shared_slots,
-        RENORMALIZE=bool(options.renormalize),
-        SCALE_ON_OUTPUT=bool(options.scale_on_output),
-        HAS_BIAS_ALT=has_alt,
-        VALID_ROWS_FROM_PTR=valid_from_ptr,
-        WRITE_PACKED=packed_out is not None,
-        BLOCK_E=block_experts,
-        BLOCK_K=triton.next_power_of_2(options.top_k),
-        num_warps=_num_warps(block_experts),
-        **_EXACT_OPTIONS,
-    )
+    with serialized():
+        _vision_router_kernel[(num_tokens,)](
+            logits,
+            logits.stride(0),
+            logits.stride(1),
+            bias,
+            bias.stride(0),
+            bias_alt if has_alt else bias,
+            bias_alt.stride(0) if has_alt else 0,
+            input_ids if has_alt else out_ids,
+            input_ids.stride(0) if has_alt else 0,
+            vision["image_token_id"] if has_alt else 0,
+            valid_rows if valid_from_ptr else out_ids,
+            0 if valid_from_ptr else valid_rows,
+            out_weights,
+            out_weights.stride(0),
+            out_weights.stride(1),
+            out_ids,
+            out_ids.stride(0),
+            out_ids.stride(1),
+            packed,
+            packed.stride(0),
+            packed.stride(1),
+            options.renormalize_eps,
+            options.routed_scaling_factor,
+            NUM_EXPERTS=num_experts,
+            TOP_K=options.top_k,
+            NUM_SHARED=options.num_shared_slots,
+            RENORMALIZE=options.renormalize,
+            SCALE_ON_OUTPUT=options.scale_on_output,
+            HAS_BIAS_ALT=has_alt,
+            VALID_ROWS_FROM_PTR=valid_from_ptr,
+            WRITE_PACKED=packed_out is not None,
+            BLOCK_E=block_experts,
+            BLOCK_K=triton.next_power_of_2(options.top_k),
+            num_warps=_num_warps(block_experts),
+            **_EXACT_OPTIONS,
+        )
 
 
-def pack_topk(ids: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``(id << 16) | bf16_bits(weight)`` as int32 ``[T, k]`` (bf16 rounded to nearest even).
-
-    One Triton launch for contiguous int32 ids and fp32 weights on a Triton device, the torch
-    statement otherwise; both give the same bits (every NaN weight packs as 0x7FC0).
-    """
+def _validate_pack(ids, weights) -> None:
     check_tensor("ids", ids, dtypes=_INDEX_DTYPES, ndim=2)
     check_tensor("weights", weights, ndim=2)
+    if not weights.dtype.is_floating_point:
+        raise ValueError(f"weights must be floating point, got {weights.dtype}")
     if weights.shape != ids.shape:
         raise ValueError(f"weights shape {tuple(weights.shape)} != ids shape {tuple(ids.shape)}")
-    kernel_ready = (
-        triton_device(ids)
-        and weights.device == ids.device
-        and ids.dtype == torch.int32
-        and weights.dtype == torch.float32
-        and ids.is_contiguous()
-        and weights.is_contiguous()
-    )
-    if not kernel_ready:
+
+
+def pack_topk_admission(ids: torch.Tensor, weights: torch.Tensor) -> Admission:
+    """Whether :func:`pack_topk` takes its Triton launch; pure (dtypes, layouts, devices)."""
+    try:
+        _validate_pack(ids, weights)
+    except ValueError as e:
+        return invalid(e)
+    device = triton_device(ids)
+    if not device:
+        return device
+    if weights.device != ids.device:
+        return refuse(f"weights on {weights.device}, ids on {ids.device}")
+    if ids.dtype != torch.int32 or weights.dtype != torch.float32:
+        return refuse("the kernel packs int32 ids and fp32 weights")
+    if not (ids.is_contiguous() and weights.is_contiguous()):
+        return refuse("ids or weights not contiguous")
+    return admit(TRITON, device.reason)
+
+
+def pack_topk(
+    ids: torch.Tensor, weights: torch.Tensor, *, admission: Admission | None = None
+) -> torch.Tensor:
+    """``(id << 16) | bf16_bits(weight)`` as int32 ``[T, k]`` (bf16 rounded to nearest even).
+
+    One Triton launch for contiguous int32 ids and fp32 weights on a Triton device
+    (:func:`pack_topk_admission`), the torch statement otherwise; both give the same bits
+    (every NaN weight packs as 0x7FC0).
+    """
+    _validate_pack(ids, weights)
+    if admission is None:
+        admission = pack_topk_admission(ids, weights)
+    if not admission:
         return pack_topk_reference(ids, weights)
     packed = torch.empty_like(ids)
     if ids.numel():
         grid = (triton.cdiv(ids.numel(), _PACK_BLOCK),)
-        _pack_topk_kernel[grid](ids, weights, packed, ids.numel(), BLOCK=_PACK_BLOCK)
+        with serialized():
+            _pack_topk_kernel[grid](ids, weights, packed, ids.numel(), BLOCK=_PACK_BLOCK)
     return packed
 
 
@@ -434,17 +484,21 @@ def moe_fused_gate(
         out_weights, out_ids: ``[T, top_k]`` fp32 / int32 outputs to write (allocated if None).
         admission: this call's :func:`moe_fused_gate_admission`, when the caller already made it.
     """
-    options = RouterOptions(
-        top_k=top_k,
-        renormalize=renormalize,
-        renormalize_eps=renormalize_eps,
-        routed_scaling_factor=routed_scaling_factor,
-        scale_on_output=scale_on_output,
-        num_shared_slots=num_shared_slots,
+    image_token_id, num_token_non_padded = _validate_inputs(
+        logits, bias, bias_alt, input_ids, image_token_id, num_token_non_padded
     )
+    options = _router_options(
+        top_k,
+        renormalize,
+        renormalize_eps,
+        routed_scaling_factor,
+        scale_on_output,
+        num_shared_slots,
+    )
+    top_k = options.top_k
     vision = {"bias_alt": bias_alt, "input_ids": input_ids, "image_token_id": image_token_id}
     outputs = {"packed_out": packed_out, "out_weights": out_weights, "out_ids": out_ids}
-    _validate(logits, bias, options, vision, num_token_non_padded, outputs)
+    _validate(logits, bias, options, vision, outputs)
     if admission is None:
         admission = _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
     num_tokens = logits.shape[0]

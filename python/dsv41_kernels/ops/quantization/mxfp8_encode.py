@@ -128,7 +128,10 @@ def mxfp8_encode_blocks(v, col, HW_CVT: tl.constexpr):
         codes = tl.where(p != p, 448.0, p).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
         x = tl.where((bits & 0x7F800000) == 0, bits ^ magnitude, bits).to(tl.float32, bitcast=True)
-        p = x * osc[:, None]
-        p = tl.where(p != p, 448.0, tl.minimum(tl.maximum(p, -448.0), 448.0))
+        # ±Inf · 0 is NaN (+448 below): selected rather than multiplied, so numpy, which runs
+        # the interpreter's arithmetic, has no invalid product to warn about.
+        inf_times_zero = (magnitude == 0x7F800000) & (osc == 0.0)[:, None]
+        p = tl.where(inf_times_zero, 0.0, x) * osc[:, None]
+        p = tl.where((p != p) | inf_times_zero, 448.0, tl.minimum(tl.maximum(p, -448.0), 448.0))
         codes = e4m3_rne_satfinite(p).to(tl.uint8)
     return codes, scale

@@ -25,7 +25,16 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_flag,
+    check_tensor,
+    invalid,
+    refuse,
+    triton_device,
+)
+from dsv41_kernels.interpreter import serialized
 from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
@@ -52,11 +61,13 @@ class Mxfp8SwizzledInput(NamedTuple):
     """uint8 1-D, ``rup(m, 128) * rup(K/32, 4)`` bytes, 128x4 swizzled."""
 
 
-def _validate(x) -> None:
-    """Raise ValueError unless ``x`` is a 2-D bf16/fp16 tensor with ``K % 32 == 0``."""
+def _validate(x, swizzled) -> bool:
+    """Raise ValueError unless ``x`` is a 2-D bf16/fp16 tensor with ``K % 32 == 0`` and
+    ``swizzled`` a bool; returns ``swizzled``."""
     check_tensor("x", x, dtypes=SUPPORTED_DTYPES, ndim=2)
     if x.shape[1] % SF_VEC_SIZE:
         raise ValueError(f"x.shape[1] must be a multiple of {SF_VEC_SIZE}, got {x.shape[1]}")
+    return check_flag("swizzled", swizzled)
 
 
 def _plan(x: torch.Tensor, swizzled: bool) -> Admission:
@@ -72,7 +83,7 @@ def _plan(x: torch.Tensor, swizzled: bool) -> Admission:
 def mxfp8_quantize_admission(x: torch.Tensor, *, swizzled: bool = True) -> Admission:
     """Whether ``x`` takes the Triton kernel; pure (shapes, strides, device only)."""
     try:
-        _validate(x)
+        swizzled = _validate(x, swizzled)
     except ValueError as e:
         return invalid(e)
     return _plan(x, swizzled)
@@ -121,8 +132,7 @@ def quantize_into(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swi
     reference."""
     kernel_outputs = q.stride(1) == 1 and scales.is_contiguous() and scales.data_ptr() % 4 == 0
     if kernel_outputs and _plan(x, swizzled):
-        if x.shape[0]:
-            launch(x, q, scales, swizzled=swizzled)
+        launch(x, q, scales, swizzled=swizzled)
         return
     data, sf = reference_mxfp8_quantize(x, swizzled=swizzled)
     q.copy_(data)
@@ -130,7 +140,11 @@ def quantize_into(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swi
 
 
 def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: bool) -> None:
+    """The kernel on admitted ``x``; an empty ``x`` (``[0, K]`` or ``[M, 0]``) has no bytes to
+    write (its scale buffer is empty too)."""
     rows, k = x.shape
+    if rows == 0 or k == 0:
+        return
     cols = k // SF_VEC_SIZE
     padded_cols = -(-cols // 4) * 4 if swizzled else cols
     block_cols = min(BLOCKS_PER_PROGRAM, triton.next_power_of_2(padded_cols))
@@ -139,23 +153,24 @@ def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: 
     if swizzled:
         grid += padding_programs(rows, padded_cols)
     bf16 = x.dtype == torch.bfloat16
-    mxfp8_quantize_kernel[(grid,)](
-        x.view(torch.int16) if bf16 else x,
-        q.view(torch.uint8),
-        scales,
-        rows,
-        x.stride(0),
-        q.stride(0),
-        COLS=cols,
-        PADDED_COLS=padded_cols,
-        SWIZZLED=swizzled,
-        BF16_BITS=bf16,
-        BLOCK_COLS=block_cols,
-        COL_PROGRAMS=col_programs,
-        HW_CVT=x.is_cuda,
-        num_warps=4,
-        enable_fp_fusion=False,  # no multiply-add pairs here; kept off as in every exact kernel
-    )
+    with serialized():
+        mxfp8_quantize_kernel[(grid,)](
+            x.view(torch.int16) if bf16 else x,
+            q.view(torch.uint8),
+            scales,
+            rows,
+            x.stride(0),
+            q.stride(0),
+            COLS=cols,
+            PADDED_COLS=padded_cols,
+            SWIZZLED=swizzled,
+            BF16_BITS=bf16,
+            BLOCK_COLS=block_cols,
+            COL_PROGRAMS=col_programs,
+            HW_CVT=x.is_cuda,
+            num_warps=4,
+            enable_fp_fusion=False,  # no multiply-add pairs here; kept off as in every exact kernel
+        )
 
 
 def mxfp8_quantize(
@@ -168,7 +183,7 @@ def mxfp8_quantize(
     linear layout (``M * K/32`` bytes). Bitwise equal to the reference on every path.
     ``admission``: this call's :func:`mxfp8_quantize_admission`, when the caller already made it.
     """
-    _validate(x)
+    swizzled = _validate(x, swizzled)
     if admission is None:
         admission = _plan(x, swizzled)
     if not admission:
@@ -178,6 +193,5 @@ def mxfp8_quantize(
     scales = torch.empty(
         scale_buffer_size(rows, k, swizzled=swizzled), dtype=torch.uint8, device=x.device
     )
-    if rows:  # fresh contiguous outputs suit the kernel (quantize_into's check is for callers')
-        launch(x, q, scales, swizzled=swizzled)
+    launch(x, q, scales, swizzled=swizzled)  # fresh contiguous outputs suit the kernel
     return q, scales

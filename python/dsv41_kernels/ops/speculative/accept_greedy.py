@@ -16,6 +16,7 @@ Contract (SGLang 0.5.23 ``dspark_accept.accept_greedy``), bitwise:
 With ``cutoff_verify_lens``: ``correct_len`` is capped at ``verify_lens - 1``,
 ``cap_trim_lens`` is what the cap removed and the bonus is read at the capped index;
 without it ``cap_trim_lens`` is zeros. Outputs: int32, int64, int32, each ``[bs]``.
+Every int32/int64 verify length is taken exactly, on every path (:data:`VERIFY_LENS_RULE`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     CUDA_CLUSTER,
     MAX_ROWS,
     TRITON,
+    TRITON_WORKSPACE,
     LaunchConfig,
     admit_logits,
     cuda_kernel,
@@ -37,13 +39,19 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     launch_config,
     reduce_row_chunk,
     validate_logits,
-    workspace,
 )
-from dsv41_kernels.workspace import device_workspace
+from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 MAX_DRAFT_ROWS = 64  # n: the Triton epilogue holds [bs, n] in one program's registers
 CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
 INDEX_DTYPES = (torch.int32, torch.int64)
+VERIFY_LENS_RULE = (
+    "cutoff_verify_lens[b] is read as clamp(value, 1 - n, n), in int64: SGLang passes 1..n; a "
+    "length past n never caps; 0 down to 1 - n give a negative capped length whose bonus index "
+    "wraps as Python indexing does; below 1 - n that index would leave the request's rows"
+)
+"""How a verify length outside SGLang's 1..n is read: values are never checked (that would
+sync the host), so every value has a result, the same on the kernels and the fallback."""
 
 
 def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
@@ -64,8 +72,8 @@ def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
                 f"cutoff_verify_lens must have shape [{bs}], got {tuple(cutoff_verify_lens.shape)}"
             )
     if out is not None:
-        if len(out) != 3:
-            raise ValueError("out must be (correct_len, bonus, cap_trim_lens)")
+        if not isinstance(out, (tuple, list)) or len(out) != 3:
+            raise ValueError("out must be a tuple (correct_len, bonus, cap_trim_lens)")
         for name, t, dtype in zip(
             ("out[0] (correct_len)", "out[1] (bonus)", "out[2] (cap_trim_lens)"),
             out,
@@ -152,8 +160,9 @@ def accept_greedy_kernel(
         live = req < bs
         capped = correct
         if HAS_CUTOFF:
-            limit = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int32) - 1
-            capped = tl.minimum(correct, limit)
+            verify = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int64)
+            limit = tl.minimum(tl.maximum(verify, 1 - n), n) - 1  # see VERIFY_LENS_RULE
+            capped = tl.minimum(correct, limit.to(tl.int32))
         tl.store(correct_ptr + req, capped.to(tl.int32), mask=live)
         tl.store(trim_ptr + req, (correct - capped).to(tl.int32), mask=live)
         # SGLang reads the bonus with Python indexing: a negative index wraps.
@@ -167,49 +176,43 @@ def launch_triton(candidates, logits, cutoff_verify_lens, out, config: LaunchCon
     """The Triton kernel into ``out`` (``config``: a launch shape other than the default)."""
     rows, vocab = logits.shape
     bs, n = candidates.shape
-    slots, ticket = workspace(logits.device)
     config = config or launch_config(rows, vocab)
     correct, bonus, trim = out
     has_cutoff = cutoff_verify_lens is not None
-    accept_greedy_kernel[config.grid(rows, vocab)](
-        logits,
-        logits.stride(0),
-        vocab,
-        rows,
-        slots,
-        ticket,
-        candidates,
-        candidates.stride(0),
-        cutoff_verify_lens if has_cutoff else correct,  # never read without a cutoff
-        correct,
-        bonus,
-        trim,
-        n,
-        CHUNK=config.chunk,
-        BLOCK=config.block,
-        BS_BLOCK=triton.next_power_of_2(bs),
-        N_BLOCK=max(2, triton.next_power_of_2(n)),
-        HAS_CUTOFF=has_cutoff,
-        num_warps=config.num_warps,
-    )
+    with TRITON_WORKSPACE.launch(logits.device) as (slots, ticket):
+        accept_greedy_kernel[config.grid(rows, vocab)](
+            logits,
+            logits.stride(0),
+            vocab,
+            rows,
+            slots,
+            ticket,
+            candidates,
+            candidates.stride(0),
+            cutoff_verify_lens if has_cutoff else correct,  # never read without a cutoff
+            correct,
+            bonus,
+            trim,
+            n,
+            CHUNK=config.chunk,
+            BLOCK=config.block,
+            BS_BLOCK=triton.next_power_of_2(bs),
+            N_BLOCK=max(2, triton.next_power_of_2(n)),
+            HAS_CUTOFF=has_cutoff,
+            num_warps=config.num_warps,
+        )
 
 
-def cluster_workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The CUDA accept's per-device slots (int64 [16 * bs], made as -1) and request tickets
-    (int64 [bs], made as 0): see :func:`dsv41_kernels.workspace.device_workspace` (made before
-    capture, stream-ordered, like the Triton kernel's)."""
-    return device_workspace(
-        "accept_greedy",
-        device,
-        lambda d: (
-            torch.full((MAX_ROWS,), -1, dtype=torch.int64, device=d),
-            torch.zeros(MAX_ROWS, dtype=torch.int64, device=d),
-        ),
-    )
+CLUSTER_WORKSPACE = StreamWorkspace(
+    "accept_greedy",
+    Buffer(MAX_ROWS, torch.int64, -1),  # slots [16 * bs]: -1 is never current
+    Buffer(MAX_ROWS, torch.int64, 0),  # request tickets [bs]: generation 0, nothing counted
+)
+"""The CUDA accept's slots and tickets (16 KiB a stream; :mod:`dsv41_kernels.workspace`)."""
 
 
 def launch_cuda(candidates, logits, cutoff_verify_lens, out) -> None:
-    slots, tickets = cluster_workspace(logits.device)
+    slots, tickets = CLUSTER_WORKSPACE.get(logits.device)
     no_cutoff = tickets[:0]
     cuda_module(logits.device).accept_greedy_cluster(
         candidates,
@@ -229,7 +232,8 @@ def accept_greedy_torch(candidates, logits, cutoff_verify_lens=None, out=None):
     correct = matches.to(torch.int32).cumprod(dim=1).sum(dim=1, dtype=torch.int32)
     capped = correct
     if cutoff_verify_lens is not None:
-        capped = torch.minimum(correct, cutoff_verify_lens.to(torch.int32) - 1)
+        limit = cutoff_verify_lens.to(torch.int64).clamp(1 - n, n) - 1  # see VERIFY_LENS_RULE
+        capped = torch.minimum(correct, limit.to(torch.int32))
     trim = correct - capped
     take = torch.where(capped < 0, capped + n, capped).to(torch.int64)
     bonus = predict.gather(1, take[:, None]).squeeze(1)
@@ -251,9 +255,9 @@ def accept_greedy(
     """``(correct_len, bonus, cap_trim_lens)`` for ``candidates [bs, n]`` and ``logits [bs*n, V]``.
 
     ``cutoff_verify_lens`` (int ``[bs]``, optional) caps the accepted length per request
-    (each ``>= 1``). ``out``, a preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is
-    written in place. ``admission``: this call's :func:`accept_greedy_admission`, when the
-    caller already made it.
+    (SGLang's are ``1..n``; any other value as :data:`VERIFY_LENS_RULE` says). ``out``, a
+    preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is written in place.
+    ``admission``: this call's :func:`accept_greedy_admission`, when the caller already made it.
     """
     _validate(candidates, logits, cutoff_verify_lens, out)
     if admission is None:

@@ -13,7 +13,7 @@ whole machine instead, with one of two kernels:
   epilogue (the argmax's decode, or the greedy accept rule).
 
 This module holds what the two ops share: the admission of the logits and the choice between
-the kernels (:func:`admit_logits`), the Triton reduction, its per-device workspace and its
+the kernels (:func:`admit_logits`), the Triton reduction, its per-stream workspace and its
 launch configuration. Which kernel wins where is in docs/performance.md.
 
 How the Triton reduction works: each lane keeps the first maximum of its columns (a NaN once
@@ -42,11 +42,11 @@ from dsv41_kernels.admission import (
     triton_device,
 )
 from dsv41_kernels.jit import load_module, sm_major
-from dsv41_kernels.workspace import device_workspace
+from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MIN_VOCAB = 4096
-MAX_ROWS = 1024  # rows one launch may reduce: the size of the per-device slot workspace
+MAX_ROWS = 1024  # rows one launch may reduce: the size of the slot workspace
 EMPTY_SLOT = -(2**63)
 CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
 CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
@@ -168,17 +168,12 @@ def reduce_row_chunk(
     return done == tl.num_programs(0) * tl.num_programs(1) - 1
 
 
-def workspace(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The Triton kernels' per-device slots and ticket (8 KiB): see
-    :func:`dsv41_kernels.workspace.device_workspace` (made before capture, stream-ordered)."""
-    return device_workspace(
-        "row_argmax",
-        device,
-        lambda d: (
-            torch.full((MAX_ROWS,), EMPTY_SLOT, dtype=torch.int64, device=d),
-            torch.zeros(1, dtype=torch.int32, device=d),
-        ),
-    )
+TRITON_WORKSPACE = StreamWorkspace(
+    "row_argmax",
+    Buffer(MAX_ROWS, torch.int64, EMPTY_SLOT),  # slots: the best key per row
+    Buffer(1, torch.int32, 0),  # ticket: programs done
+)
+"""The Triton kernels' slots and ticket (8 KiB a stream; :mod:`dsv41_kernels.workspace`)."""
 
 
 class LaunchConfig(NamedTuple):

@@ -20,6 +20,7 @@ import triton.language as tl
 from dsv41_kernels.admission import Admission, check_tensor, invalid
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     CUDA_CLUSTER,
+    TRITON_WORKSPACE,
     LaunchConfig,
     admit_logits,
     cuda_module,
@@ -27,7 +28,6 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     launch_config,
     reduce_row_chunk,
     validate_logits,
-    workspace,
 )
 
 
@@ -78,21 +78,21 @@ def row_argmax_kernel(
 def launch_triton(logits: torch.Tensor, out: torch.Tensor, config: LaunchConfig | None = None):
     """The Triton kernel into ``out`` (``config``: a launch shape other than the default)."""
     rows, vocab = logits.shape
-    slots, ticket = workspace(logits.device)
     config = config or launch_config(rows, vocab)
-    row_argmax_kernel[config.grid(rows, vocab)](
-        logits,
-        logits.stride(0),
-        vocab,
-        rows,
-        slots,
-        ticket,
-        out,
-        CHUNK=config.chunk,
-        BLOCK=config.block,
-        ROWS_BLOCK=triton.next_power_of_2(rows),
-        num_warps=config.num_warps,
-    )
+    with TRITON_WORKSPACE.launch(logits.device) as (slots, ticket):
+        row_argmax_kernel[config.grid(rows, vocab)](
+            logits,
+            logits.stride(0),
+            vocab,
+            rows,
+            slots,
+            ticket,
+            out,
+            CHUNK=config.chunk,
+            BLOCK=config.block,
+            ROWS_BLOCK=triton.next_power_of_2(rows),
+            num_warps=config.num_warps,
+        )
 
 
 def row_argmax(

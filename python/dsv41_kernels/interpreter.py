@@ -1,0 +1,52 @@
+"""The Triton interpreter: whether this process's kernels run in it, and the turn-taking it needs.
+
+``triton.jit`` decides when it decorates a kernel, from its own reading of ``TRITON_INTERPRET``
+(``1``, ``true``, ``yes``, ``on`` in any case mean the interpreter; ``0``, ``false``, ``2``, a
+space mean compiled kernels), whether that kernel is compiled or interpreted.
+:data:`RUNS_IN_INTERPRETER` is that same decision, taken by ``triton.jit`` itself on a probe
+when this module is first imported, which every op module does before it defines a kernel. The
+admissions and ``dsv41-kernels check`` use it, so they agree with the kernels even when the
+variable is spelled differently or changed after import.
+
+The interpreter rewires ``triton.language`` for the whole process while a launch runs, so two
+threads interpreting at once break each other's kernels (and leave Triton's module state
+wrong); :func:`serialized` makes our launches take turns. Compiled launches need no lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+import triton
+from triton.runtime.interpreter import InterpretedFunction
+
+
+def kernels_interpreted() -> bool:
+    """Whether a kernel defined now would run in the interpreter: ``triton.jit``'s answer."""
+
+    @triton.jit
+    def probe():
+        pass
+
+    return isinstance(probe, InterpretedFunction)
+
+
+RUNS_IN_INTERPRETER = kernels_interpreted()
+_turn = threading.RLock()
+
+
+def triton_interpreter() -> bool:
+    """True when this process's Triton kernels run in the CPU interpreter."""
+    return RUNS_IN_INTERPRETER
+
+
+@contextlib.contextmanager
+def serialized() -> Iterator[None]:
+    """Hold the interpreter's turn for a launch (a no-op for compiled kernels)."""
+    if not RUNS_IN_INTERPRETER:
+        yield
+        return
+    with _turn:
+        yield
