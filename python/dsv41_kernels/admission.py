@@ -91,6 +91,8 @@ def cuda_kernel_runs(module: str, t: torch.Tensor, fits: bool) -> tuple[bool, st
         return False, ""
     found = module_available(module, t.device.index or 0)
     return found.ok, f" ({module}: {found.reason})"
+
+
 def _not_bool(name: str, value: object, kind: str) -> None:
     if isinstance(value, (bool, np.bool_)):
         raise ValueError(f"{name} must be {kind}, got the bool {value!r}")
