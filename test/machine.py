@@ -34,8 +34,17 @@ def _set_everywhere(name: str, value, setattr_=setattr) -> None:
 
 
 def pretend_toolchain(available: bool, setattr_=setattr) -> None:
-    """Every module sees a machine with (or without) nvcc and apache-tvm-ffi."""
+    """Every module sees a machine with (or without) nvcc and apache-tvm-ffi, and no prebuilt
+    modules: each CUDA module is built on first use, or cannot be had."""
+    from dsv41_kernels.jit import BUILT_SOURCE, ModuleAvailability
+
+    found = (
+        ModuleAvailability(True, "pretended: built on first use", BUILT_SOURCE)
+        if available
+        else ModuleAvailability(False, "pretended: none prebuilt, no toolchain to build it")
+    )
     _set_everywhere("toolchain_available", lambda: available, setattr_)
+    _set_everywhere("module_available", lambda name, device_index: found, setattr_)
 
 
 def pretend_arch(major: int, setattr_=setattr) -> None:

@@ -16,6 +16,7 @@ import types
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from test.sglang import callers
 
 VOCAB = 4099  # >= the row-argmax kernel's 4096 minimum, and not a multiple of any block
@@ -410,7 +411,7 @@ def test_attention_output_declines(plugin, monkeypatch):
     assert "measured slower" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "wo_a")
     assert wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0]
-    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a CPU tensor without the interpreter
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)  # no interpreter, CPU
     assert "Triton device" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
 
 

@@ -7,6 +7,7 @@ from fractions import Fraction
 import pytest
 import torch
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.cases.inverse_rope_quant_fp8 import (
     HEAD_DIM,
@@ -303,7 +304,7 @@ def test_fallback_paths_match_reference(monkeypatch):
         strided.o, strided.freqs_cis, strided.positions, o_groups=2
     )
     assert_bitwise(*run_both(strided))
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
     if not call.o.is_cuda:
         assert not inverse_rope_quant_fp8_admission(
             call.o, call.freqs_cis, call.positions, o_groups=2

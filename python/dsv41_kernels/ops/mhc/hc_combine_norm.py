@@ -73,7 +73,7 @@ from dsv41_kernels.admission import (
     triton_device,
 )
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import load_module, module_available, sm_major
+from dsv41_kernels.jit import load_module, sm_major
 from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,
@@ -178,9 +178,7 @@ def _plan(x, weight, y, *, quantize: bool) -> Admission:
     form = "combine+norm+mxfp8" if quantize else "combine+norm"
     if not cuda_kernel_fits(x, weight, y):
         return admit(TRITON, f"{where.reason}, {TRITON}, {form}, H = {h}")
-    found = module_available(MODULE, x.device.index or 0)  # where it loads from, or why not
-    reason = f"{where.reason}, {CUDA_CLUSTER} ({MODULE}: {found.reason}), {form}, H = {h}"
-    return admit(CUDA_CLUSTER, reason, MODULE)
+    return admit(CUDA_CLUSTER, f"{where.reason}, {CUDA_CLUSTER}, {form}, H = {h}", MODULE)
 
 
 def hc_combine_norm_admission(

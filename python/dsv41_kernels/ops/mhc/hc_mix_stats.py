@@ -56,7 +56,6 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
-from dsv41_kernels.jit import module_available
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     MODULE,
@@ -134,8 +133,7 @@ def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
     if path in ("compensated", "batch_invariant"):
         if cuda_kernel_fits(x.flatten(1)):  # never the toolchain: the same path on every rank
             projection, module = CUDA, MODULE
-            found = module_available(MODULE, x.device.index or 0)
-            why += f", CUDA mma.sync projection ({MODULE}: {found.reason})"
+            why += ", CUDA mma.sync projection"
         if not derived:
             why += ", fn split on every call (pass HcDerivedWeights)"
     return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
