@@ -19,11 +19,12 @@ import os
 import sys
 
 import torch
+from benchmark.kernels.common import SGLANG_ARM, record
 from test.sglang import callers
 
 from dsv41_kernels.timing import graph_time_us
 
-ARMS = ("sglang-0.5.23", "dsv41-kernels")
+ARMS = (SGLANG_ARM, "dsv41-kernels")
 ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
 ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
@@ -177,16 +178,7 @@ def main() -> None:
                 except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
                     times[arm] = None
                     print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
-                records.append(
-                    {
-                        "op": op,
-                        "shape": shape,
-                        "rows": rows,
-                        "arm": arm,
-                        "us": times[arm],
-                        "device": name,
-                    }  # fmt: skip
-                )
+                records.append(record(op, shape, arm, times[arm], rows=rows))
             base, ours = times["sglang-0.5.23"], times["dsv41-kernels"]
             fmt = lambda us: "-" if us is None else f"{us:.2f}"
             ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"

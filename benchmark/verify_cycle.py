@@ -45,6 +45,7 @@ import os
 import sys
 
 import torch
+from benchmark.kernels.common import SGLANG_ARM, record
 from test.sglang import callers
 
 from dsv41_kernels.timing import graph_time_us
@@ -53,7 +54,8 @@ LAYERS = 40
 MIX_STATS_PER_CYCLE = 2 * LAYERS
 COMBINES_PER_CYCLE = 2 * LAYERS - 1
 SCHEDULES = ((128, 0), (128, 512), (128, 64))  # (SWA top-k, extra top-k): c0, c4, c128
-ARMS = ("sglang-0.5.23", "dsv41-kernels")
+ARMS = (SGLANG_ARM, "dsv41-kernels")
+WHOLE_CYCLE = "verify cycle (the groups above that ran in both arms, one graph)"
 
 
 def accept_group(device):
@@ -211,16 +213,7 @@ def main() -> None:
             except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
                 times[arm] = None
                 print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
-            records.append(
-                {
-                    "op": op,
-                    "shape": shape,
-                    "arm": arm,
-                    "us": times[arm],
-                    "device": name,
-                    "per_cycle": count,
-                }  # fmt: skip
-            )
+            records.append(record(op, shape, arm, times[arm], per_cycle=count))
         if all(t is not None for t in times.values()):
             runnable.append(arms)
     whole = {
@@ -229,10 +222,7 @@ def main() -> None:
         for arm in ARMS
     }  # fmt: skip
     for arm in ARMS:
-        records.append(
-            {"op": "verify cycle (the groups above that ran in both arms, one graph)",
-             "shape": "-", "arm": arm, "us": whole[arm], "device": name, "per_cycle": 1}
-        )  # fmt: skip
+        records.append(record(WHOLE_CYCLE, "-", arm, whole[arm], per_cycle=1))
     from dsv41_kernels.sglang_plugin import fire_counts
 
     print(f"{name}, DeepSeek-V4.1-Flash verify cycle at BS=1, per-cycle counts from the call chain")
