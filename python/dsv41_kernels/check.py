@@ -20,6 +20,7 @@ from dsv41_kernels.cases import (
     moe_fused_gate,
     mxfp8_quantize,
     row_argmax,
+    sharded_row_argmax,
 )
 from dsv41_kernels.cases.common import CheckCase
 from dsv41_kernels.timing import graph_time_us
@@ -27,6 +28,7 @@ from dsv41_kernels.timing import graph_time_us
 CASE_MODULES = (
     row_argmax,
     accept_greedy,
+    sharded_row_argmax,
     decoding_sched_meta,
     mxfp8_quantize,
     hc_combine_norm,
