@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches, verify_inputs
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy_torch
 from dsv41_kernels.ops.speculative.sharded_accept_greedy import accept_from_keys
 from dsv41_kernels.ops.speculative.sharded_row_argmax import (
@@ -72,12 +72,7 @@ def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
         )
     bs, n = (3, 6) if small else (1, 6)
     widths = (2500, 6500) if small else even_widths(vocab, 4)
-    gen = torch.Generator(device="cpu").manual_seed(19)
-    logits = torch.randn(bs * n, vocab, generator=gen).to(device)
-    predict = torch.argmax(logits, dim=-1).view(bs, n)
-    candidates = torch.zeros(bs, n, dtype=torch.int64, device=device)
-    candidates[:, 1:] = predict[:, :-1]  # accept everything, then reject one position
-    candidates[-1, n // 2] += 1
+    logits, candidates = verify_inputs(bs, n, vocab, device, seed=19)
     parts = [s for _, s in shards(logits, widths)]
     cases.append(
         CheckCase(

@@ -1,4 +1,4 @@
-"""SGLang plugin: puts dsv41-kernels on the five DeepSeek-V4.1 / DSpark call sites of SGLang.
+"""SGLang plugin: puts dsv41-kernels on the six DeepSeek-V4.1 / DSpark call sites of SGLang.
 
 SGLang (0.5.12.post1 and later) calls every function registered under the entry-point group
 ``sglang.srt.plugins`` in each of its processes, then applies the hooks they registered with
@@ -10,7 +10,8 @@ imports SGLang.
 Call sites (switch name, module): ``accept`` (greedy accept, :mod:`.accept`), ``router``
 (vision routing, :mod:`.router`), ``combine`` (mHC combine+norm with the MXFP8 epilogue,
 :mod:`.combine`), ``sched`` (FlashMLA scheduler metadata, :mod:`.sched`), ``mhc`` (mHC mixing
-statistics and their derived weights, :mod:`.mhc`).
+statistics and their derived weights, :mod:`.mhc`), ``verify_gather`` (DSpark's verify logits
+at TP > 1 left sharded for a greedy step, :mod:`.verify_gather`; off until run on several GPUs).
 
 ``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
 or ``all``. Each process reports one line saying what is on and what is off, and why: through
@@ -59,6 +60,11 @@ SITES = (
     Site("combine", f"{__name__}.combine", "mHC combine+norm -> hc_combine_norm(_mxfp8)"),
     Site("sched", f"{__name__}.sched", "FlashMLA scheduler metadata -> decoding_sched_meta"),
     Site("mhc", f"{__name__}.mhc", "mHC mixing statistics -> hc_mix_stats"),
+    Site(
+        "verify_gather",
+        f"{__name__}.verify_gather",
+        "DSpark verify at TP > 1 -> one key per row gathered, not the logits",
+    ),
 )
 SWITCHES = tuple(site.switch for site in SITES)
 

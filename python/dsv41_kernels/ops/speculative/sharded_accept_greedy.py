@@ -22,6 +22,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, check_tensor, invalid, refuse
+from dsv41_kernels.ops.speculative.accept_greedy import INDEX_DTYPES, MAX_DRAFT_ROWS
 from dsv41_kernels.ops.speculative.argmax_reduction import decode_index
 from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     admit_keys,
@@ -32,8 +33,6 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     validate_shard,
 )
 
-MAX_DRAFT_ROWS = 64  # n: the kernel holds [bs, n] in one program's registers
-INDEX_DTYPES = (torch.int32, torch.int64)
 OUTPUTS = (
     ("out[0] (correct_len)", torch.int32),
     ("out[1] (bonus)", torch.int64),

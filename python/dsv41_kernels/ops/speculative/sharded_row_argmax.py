@@ -39,13 +39,13 @@ from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, ref
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     EMPTY_SLOT,
     MAX_ROWS,
+    TRITON,
     _order_key,
     decode_index,
 )
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax
 from dsv41_kernels.workspace import device_workspace
 
-TRITON = "triton"
 MAX_INDEX = 2**32 - 1  # the low 32 bits of a key hold 2**32 - 1 - index
 KEY_BLOCK = 128  # rows per program of the key and merge kernels
 
@@ -71,13 +71,17 @@ def validate_shard(local_logits, vocab_start) -> None:
 
 
 def validate_group(group) -> int:
-    """The world size of ``group``; TypeError unless it is a torch.distributed ProcessGroup."""
+    """The world size of ``group``; TypeError unless it is a torch.distributed ProcessGroup,
+    ValueError unless this process is one of its ranks."""
     if not isinstance(group, dist.ProcessGroup):
         raise TypeError(
             f"group must be a torch.distributed.ProcessGroup (SGLang: the TP group's "
             f"device_group), got {type(group).__name__}"
         )
-    return dist.get_world_size(group)
+    world = dist.get_world_size(group)
+    if world < 1:
+        raise ValueError("group does not hold this process's rank")
+    return world
 
 
 def validate_index_out(name: str, out, rows: int, device: torch.device) -> None:
@@ -213,6 +217,8 @@ def scratch(device: torch.device, rows: int, world: int, admission: Admission):
 def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -> torch.Tensor:
     """Each row's key into ``keys``, the shard's argmax through ``index`` (both ``[rows]``)."""
     rows, cols = local_logits.shape
+    if rows == 0:
+        return keys
     if cols == 0:  # a rank without columns loses every row
         return keys.fill_(EMPTY_SLOT)
     row_argmax(local_logits, out=index)
@@ -258,6 +264,8 @@ def shard_keys(
 
 def merge_into(gathered: torch.Tensor, out: torch.Tensor, admission: Admission) -> torch.Tensor:
     world, rows = gathered.shape
+    if rows == 0:
+        return out
     if not admission:
         return out.copy_(decode_keys_torch(gathered.amax(dim=0)))
     merge_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](gathered, world, rows, out, BLOCK=KEY_BLOCK)
