@@ -113,6 +113,18 @@ def test_defer_admission_needs_tp_and_the_accept_site(plugin, forced, monkeypatc
     assert "accept call site is off" in verify_gather.defer_admission(worker).reason
 
 
+def test_a_worker_built_otherwise_is_left_unarmed(plugin, forced, two_ranks, fired):
+    """An attribute the admission reads missing (another SGLang) refuses; it never raises
+    out of the worker's constructor."""
+    from dsv41_kernels.sglang_plugin import verify_gather
+
+    worker, processor = worker_and_processor()
+    del worker._target_worker
+    verify_gather.arm_hook(None, worker)
+    (reason,) = fired()["verify_gather.arm"]["sglang"]
+    assert reason.startswith("cannot read the worker's configuration: ")  # SGLang recurses
+
+
 def test_verify_step_admission(plugin):
     from dsv41_kernels.sglang_plugin.verify_gather import verify_step_admission
 

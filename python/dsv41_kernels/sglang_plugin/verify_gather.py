@@ -129,8 +129,13 @@ def _arm(worker) -> None:
 
 
 def arm_hook(result, worker, *args, **kwargs) -> None:
-    """``DSparkWorkerV2.__init__`` (AFTER): arm the deferral for the target's processor."""
-    admission = defer_admission(worker)
+    """``DSparkWorkerV2.__init__`` (AFTER): arm the deferral for the target's processor. A
+    worker this SGLang builds differently (an attribute read here missing) is left unarmed,
+    never failed."""
+    try:
+        admission = defer_admission(worker)
+    except Exception as e:
+        admission = refuse(f"cannot read the worker's configuration: {type(e).__name__}: {e}")
     dispatch.run("verify_gather.arm", admission, lambda: _arm(worker), lambda: None)
 
 
