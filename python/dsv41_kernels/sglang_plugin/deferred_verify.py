@@ -25,8 +25,7 @@ class DeferredVerify:
 
     processor: object  # SGLang's LogitsProcessor
     group: torch.distributed.ProcessGroup  # the TP group's device_group (NCCL)
-    rank: int
-    world: int
+    rank: int  # this process's rank in the TP group
     shard_width: int | None = None  # the lm_head's columns per rank, seen at the first skip
     shard_dtype: torch.dtype | None = None  # the lm_head output's dtype, before SGLang's cast
 

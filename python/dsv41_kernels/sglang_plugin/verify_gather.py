@@ -125,7 +125,7 @@ def defer_admission(worker) -> Admission:
 def _arm(worker) -> None:
     tp = parallel_state.get_tp_group()
     (lp,) = _target_processors(worker)
-    arm(DeferredVerify(lp, tp.device_group, tp.rank_in_group, tp.world_size))
+    arm(DeferredVerify(lp, tp.device_group, tp.rank_in_group))
 
 
 def arm_hook(result, worker, *args, **kwargs) -> None:

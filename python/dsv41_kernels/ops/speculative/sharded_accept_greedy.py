@@ -40,7 +40,7 @@ OUTPUTS = (
 )
 
 
-def _validate_rule(candidates, rows: int, cutoff_verify_lens, out, device) -> None:
+def validate_accept_arguments(candidates, rows: int, cutoff_verify_lens, out, device) -> None:
     """Raise naming the argument unless ``candidates``, ``cutoff_verify_lens`` and ``out`` fit
     ``rows`` verify rows on ``device``."""
     bs, n = candidates.shape
@@ -71,7 +71,7 @@ def _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, 
     validate_shard(local_logits, vocab_start)
     world = validate_group(group)
     rows = local_logits.shape[0]
-    _validate_rule(candidates, rows, cutoff_verify_lens, out, local_logits.device)
+    validate_accept_arguments(candidates, rows, cutoff_verify_lens, out, local_logits.device)
     return world
 
 
@@ -222,7 +222,7 @@ def accept_from_keys(
     validate_gathered(gathered_keys)
     check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
     device = gathered_keys.device
-    _validate_rule(candidates, gathered_keys.shape[1], cutoff_verify_lens, out, device)
+    validate_accept_arguments(candidates, gathered_keys.shape[1], cutoff_verify_lens, out, device)
     if admission is None:
         admission = _plan(candidates, gathered_keys, cutoff_verify_lens)
     if candidates.shape[0] == 0:
