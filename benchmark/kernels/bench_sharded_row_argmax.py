@@ -4,8 +4,9 @@ DSpark's verify rows are ``[rows, 129280]`` fp32 (6 a request: rows 6..384 for b
 TP ``tp`` each rank holds ``[rows, 129280 / tp]``.
 
 One GPU (the default): the local part alone, what each rank runs besides its collective.
-``ours (local keys)`` is this rank's :func:`shard_keys` (its row_argmax, then the key step) on
-a ``[rows, 129280 / tp]`` shard; against it, the local part of SGLang 0.5.23's path, an argmax
+``ours (keys + merge)`` is this rank's :func:`shard_keys` (its row_argmax, then the key step)
+on a ``[rows, 129280 / tp]`` shard into its row of a ``[tp, rows]`` key buffer, then the merge
+of that buffer (:func:`merge_keys`); against it, the local part of SGLang 0.5.23's path, an argmax
 of the all-gathered ``[rows, 129280]``: ``sglang-0.5.23`` (``_row_argmax(logits, fused=True)``,
 what DeepSeek-V4.1's verify calls), ``row_argmax (gathered)`` (ours, what the accept hook runs
 today) and ``torch.argmax (gathered)``. Every rank's keys are checked to merge into
@@ -49,9 +50,8 @@ NO_MULTICAST = {
 def local_part(rows: int, tp: int) -> list[dict]:
     full = torch.randn(rows, VOCAB, device="cuda")
     widths = even_widths(VOCAB, tp)
-    exact = torch.equal(merge_keys(gathered_keys(full, widths)), torch.argmax(full, dim=-1))
     shard = full[:, : widths[0]].contiguous()  # a rank's own lm_head output
-    keys = torch.empty(rows, dtype=torch.int64, device="cuda")
+    keys = gathered_keys(full, widths)  # every rank's keys, where the all-gather leaves them
     out = torch.empty(rows, dtype=torch.int64, device="cuda")
     shape = f"[{rows}, {VOCAB}] fp32, tp {tp}"
     op = "sharded_row_argmax local"
@@ -69,8 +69,13 @@ def local_part(rows: int, tp: int) -> list[dict]:
     for arm, run in arms.items():
         run()
         records.append(timed(op, shape, arm, run, exact=torch.equal(out, ref)))
-    run = lambda: shard_keys(shard, vocab_start=0, out=keys)
-    records.append(timed(op, shape, "ours (local keys)", run, exact=exact))
+
+    def keys_and_merge():
+        shard_keys(shard, vocab_start=0, out=keys[0])
+        return merge_keys(keys, out=out)
+
+    exact = torch.equal(keys_and_merge(), ref)  # every rank's keys merge into torch.argmax
+    records.append(timed(op, shape, "ours (keys + merge)", keys_and_merge, exact=exact))
     return records
 
 
