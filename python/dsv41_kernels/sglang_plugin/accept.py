@@ -16,7 +16,9 @@ in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
   ``from ... import _row_argmax`` binding (SGLang's hook registry rewrites such bindings).
 
 Both return exactly what SGLang's rule returns over ``torch.argmax`` (int64 argmax; int32
-lengths, int64 bonus); arguments our admission refuses go to SGLang's original function.
+lengths, int64 bonus); arguments our admission refuses go to SGLang's original function. At
+TP > 1 with call site ``verify_gather`` armed, the accept may be handed this rank's vocab
+shard of the verify logits instead: it goes to :func:`.deferred_verify.accept_on_shard`.
 """
 
 from __future__ import annotations
