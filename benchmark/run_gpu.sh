@@ -36,8 +36,8 @@ if [ "$phase" != tests ]; then
       || status=1
     cat "$out/$module.log"
   done
-  for bench in row_argmax accept_greedy decoding_sched_meta mxfp8_quantize hc_combine_norm \
-    moe_fused_gate hc_mix_stats inverse_rope_quant_fp8; do
+  for bench in row_argmax accept_greedy sharded_row_argmax decoding_sched_meta mxfp8_quantize \
+    hc_combine_norm moe_fused_gate hc_mix_stats inverse_rope_quant_fp8; do
     echo "== benchmark/kernels/bench_$bench.py" >> "$out/bench.log"
     sweep=()
     if [ -n "${SWEEP:-}" ] && [[ " $SWEEP " == *" $bench "* ]]; then
@@ -45,6 +45,15 @@ if [ "$phase" != tests ]; then
     fi
     timeout 240 python3 "benchmark/kernels/bench_$bench.py" --json "$out/bench_$bench.json" \
       "${sweep[@]}" >> "$out/bench.log" 2>&1 || status=1
+  done
+  # With several GPUs, the sharded argmax with its collective too (NCCL, TP 2 and 4).
+  gpus=$(nvidia-smi --list-gpus | wc -l)
+  for world in 2 4; do
+    if [ "$gpus" -ge "$world" ]; then
+      echo "== benchmark/kernels/bench_sharded_row_argmax.py --world $world" >> "$out/bench.log"
+      timeout 240 python3 benchmark/kernels/bench_sharded_row_argmax.py --world "$world" \
+        --json "$out/bench_sharded_row_argmax_tp$world.json" >> "$out/bench.log" 2>&1 || status=1
+    fi
   done
 fi
 exit $status

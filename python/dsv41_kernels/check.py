@@ -22,6 +22,7 @@ from dsv41_kernels.cases import (
     moe_fused_gate,
     mxfp8_quantize,
     row_argmax,
+    sharded_row_argmax,
 )
 from dsv41_kernels.cases.common import CheckCase
 from dsv41_kernels.interpreter import triton_interpreter
@@ -31,6 +32,7 @@ from dsv41_kernels.timing import graph_time_us
 CASE_MODULES = (
     row_argmax,
     accept_greedy,
+    sharded_row_argmax,
     decoding_sched_meta,
     mxfp8_quantize,
     hc_combine_norm,

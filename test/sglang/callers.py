@@ -511,3 +511,160 @@ def fp8_wo_a(layer, gen: torch.Generator, device):
     weight = (torch.randn(g * r, d, generator=gen) * 100).to(torch.float8_e4m3fn)
     scales = torch.rand(g * r // 128, d // 128, generator=gen) * 1e-3 + 1e-4
     return weight.to(device), scales.to(device)
+
+
+# ---- 7. the verify logits at TP > 1 ---------------------------------------------------------
+
+
+def tp_group(rank: int, world: int):
+    """SGLang's own ``GroupCoordinator`` for a TP group of ``world`` CPU ranks (gloo device
+    group), once torch.distributed is initialized; stated as this process's TP group."""
+    from sglang.srt.distributed.parallel_state import GroupCoordinator
+    from sglang.srt.runtime_context import get_parallel
+
+    group = GroupCoordinator(
+        [list(range(world))],
+        local_rank=rank,
+        torch_distributed_backend="gloo",
+        use_pynccl=False,
+        use_mscclpp=False,
+        use_custom_allreduce=False,
+        use_torch_symm_mem_all_reduce=False,
+        use_hpu_communicator=False,
+        use_xpu_communicator=False,
+        group_name="tp",
+    )
+    get_parallel().override_permanently(tp_group=group)
+    return group
+
+
+def target_logits_processor(vocab: int):
+    """The target model's ``LogitsProcessor`` as SGLang 0.5.23 builds it at TP > 1 without DP
+    attention or a softcap. Its constructor reads the server's configuration; here the real
+    class gets the attributes its ``forward`` reads, and SGLang's real ``MultimemAllGatherer``
+    without a symmetric-memory state (its torch.distributed all-gather over the TP group)."""
+    from sglang.srt.distributed.device_communicators.triton_symm_mem_ag import (
+        MultimemAllGatherer,
+    )
+    from sglang.srt.layers.logits_processor import LogitsProcessor
+
+    processor = LogitsProcessor.__new__(LogitsProcessor)
+    torch.nn.Module.__init__(processor)
+    attributes = dict(
+        vocab_size=vocab,
+        logit_scale=None,
+        use_attn_tp_group=False,
+        use_tp_lm_head_all_to_all=False,
+        use_fp32_lm_head=False,
+        use_fp32_lm_head_output=False,
+        do_tensor_parallel_all_gather=True,
+        do_tensor_parallel_all_gather_dp_attn=False,
+        defer_verify_gather=False,
+        final_logit_softcapping=None,
+        rl_on_policy_target=None,
+        return_full_logits=False,
+        enable_mis=False,
+        keep_last_hidden_states=False,
+        expected_aux_hidden_states=None,
+        _aux_hidden_states_checked=False,
+    )
+    for name, value in attributes.items():
+        setattr(processor, name, value)
+    gatherer = MultimemAllGatherer.__new__(MultimemAllGatherer)
+    gatherer._state, gatherer._skip_entry_sync, gatherer._max_tokens = None, True, 1024
+    processor._logits_gatherer = gatherer
+    return processor
+
+
+class TargetModel(torch.nn.Module):
+    """What DSpark's worker reads of the target model: its modules (one LogitsProcessor)."""
+
+    def __init__(self, processor):
+        super().__init__()
+        self.logits_processor = processor
+
+
+def dspark_worker(epilogue, processor, *, mode: str = "static"):
+    """A ``DSparkWorkerV2`` after its constructor (which builds the draft model and needs a
+    server): the attributes that decide the verify path, the static epilogue and the target
+    model holding ``processor``."""
+    from sglang.srt.speculative.dspark_components.dspark_worker_v2 import DSparkWorkerV2
+
+    worker = DSparkWorkerV2.__new__(DSparkWorkerV2)
+    worker._hosts_draft = True
+    worker._verify_epilogue = epilogue
+    worker._verify_planner = types.SimpleNamespace(mode_value=mode)
+    worker._sampling_accept_graph = None
+    model_runner = types.SimpleNamespace(model=TargetModel(processor))
+    worker._target_worker = types.SimpleNamespace(model_runner=model_runner)
+    return worker
+
+
+def logits_forward(processor, lm_head, hidden: torch.Tensor, mode: str = "TARGET_VERIFY"):
+    """The target model's logits from its last hidden states: SGLang's
+    ``LogitsProcessor.forward`` in forward mode ``mode`` (hidden states captured, as DSpark's
+    verify asks)."""
+    from sglang.srt.layers.logits_processor import LogitsMetadata
+    from sglang.srt.model_executor.forward_batch_info import CaptureHiddenMode, ForwardMode
+
+    metadata = LogitsMetadata(
+        forward_mode=ForwardMode[mode], capture_hidden_mode=CaptureHiddenMode.FULL
+    )
+    input_ids = torch.zeros(hidden.shape[0], dtype=torch.int64)
+    return processor(input_ids, hidden, lm_head, metadata)
+
+
+def verify_executor(forward):
+    """DSpark's ``TargetVerifyExecutor`` for a V4.1 target whose worker's verify forward is
+    ``forward()`` (a ``LogitsProcessorOutput``); ``_forward_prepared_verify`` is SGLang's."""
+    from sglang.srt.speculative.dspark_components.dspark_verify import TargetVerifyExecutor
+
+    executor = TargetVerifyExecutor.__new__(TargetVerifyExecutor)
+    executor._target_is_dsv41 = True
+    executor.verify_num_draft_tokens = VERIFY_ROWS
+    executor.target_worker = types.SimpleNamespace(
+        forward_batch_generation=lambda **_: types.SimpleNamespace(
+            logits_output=forward(), can_run_cuda_graph=True
+        )
+    )
+    return executor
+
+
+def verify_input():
+    """A prepared verify input (seq lens known on the host, so no length bound is computed)."""
+    return types.SimpleNamespace(
+        live_seq_lens_cpu=torch.ones(1), prepare_for_verify=lambda batch, worker: (None, None)
+    )
+
+
+def sampling_info(temperatures: list[float], vocab: int):
+    """SGLang's ``SamplingBatchInfo`` for requests at these temperatures (0: greedy)."""
+    from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
+
+    t = torch.tensor(temperatures)
+    greedy = [x == 0 for x in temperatures]
+    return SamplingBatchInfo(
+        temperatures=t.clamp(min=1e-6)[:, None],
+        top_ps=torch.ones(len(t)),
+        top_ks=torch.ones(len(t), dtype=torch.int32),
+        min_ps=torch.zeros(len(t)),
+        is_all_greedy=all(greedy),
+        is_any_greedy=any(greedy),
+        need_top_p_sampling=False,
+        need_top_k_sampling=False,
+        need_min_p_sampling=False,
+        vocab_size=vocab,
+        device="cpu",
+    )
+
+
+def verify_batch(info=None, *, return_logprob: bool = False, has_grammar: bool = False):
+    """What ``_forward_prepared_verify`` and the worker's accept read of a ``ScheduleBatch``."""
+    return types.SimpleNamespace(
+        sampling_info=info,
+        return_logprob=return_logprob,
+        has_grammar=has_grammar,
+        seq_lens_cpu=None,
+        seq_lens_sum=0,
+        reqs=[],
+    )

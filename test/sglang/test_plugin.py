@@ -29,6 +29,14 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4.fused_rope_inplace",
         "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",
     ),
+    "verify_gather": (
+        "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2.__init__",
+        "sglang.srt.layers.logits_processor.LogitsProcessor._get_logits",
+        "sglang.srt.distributed.device_communicators.triton_symm_mem_ag.MultimemAllGatherer."
+        "__call__",
+        "sglang.srt.speculative.dspark_components.dspark_verify.TargetVerifyExecutor."
+        "_forward_prepared_verify",
+    ),
 }
 
 
@@ -130,7 +138,7 @@ def test_startup_report_one_line(plugin, caplog):
     assert len(lines) == 1
     line = lines[0]
     assert "dsv41-kernels" in line and "sglang 0.5.23" in line
-    assert "on: accept, router, combine, mhc, wo_a;" in line
+    assert "on: accept, router, combine, mhc, wo_a, verify_gather;" in line
     assert "off: sched (DSV41_KERNELS_DISABLE)" in line
     assert "ignored unknown DSV41_KERNELS_DISABLE names: bogus" in line
 
@@ -210,7 +218,7 @@ def test_startup_report_reaches_a_process_without_logging(plugin):
     stderr = run_server_start(plugin)
     lines = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels 0.1.0 on")]
     assert len(lines) == 1, stderr[-2000:]
-    assert "on: accept, router, combine, sched, mhc, wo_a; off: -" in lines[0]
+    assert "on: accept, router, combine, sched, mhc, wo_a, verify_gather; off: -" in lines[0]
     assert "fire counts" not in stderr  # only with DSV41_KERNELS_REPORT=1
 
 

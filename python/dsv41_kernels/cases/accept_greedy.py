@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.cases.common import CheckCase, bit_mismatches, verify_inputs
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy,
     accept_greedy_admission,
@@ -18,12 +18,7 @@ OPS = ("accept_greedy",)
 
 def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
     bs, n, vocab = (2, 3, 4099) if small else (1, 6, 129280)
-    gen = torch.Generator(device="cpu").manual_seed(7)
-    logits = torch.randn(bs * n, vocab, generator=gen).to(device)
-    predict = torch.argmax(logits, dim=-1).view(bs, n)
-    candidates = torch.zeros(bs, n, dtype=torch.int64, device=device)
-    candidates[:, 1:] = predict[:, :-1]  # accept everything, then reject one position
-    candidates[-1, n // 2] += 1
+    logits, candidates = verify_inputs(bs, n, vocab, device, seed=7)
     cutoff = torch.full((bs,), max(1, n - 2), dtype=torch.int32, device=device)
     cases = []
     for label, cut in (("", None), (" cutoff", cutoff)):

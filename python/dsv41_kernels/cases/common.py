@@ -36,3 +36,15 @@ def bit_mismatches(ours: Any, ref: Any) -> int:
         view = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[ours.element_size()]
         ours, ref = ours.view(view), ref.view(view)
     return int((ours != ref).sum().item())
+
+
+def verify_inputs(bs: int, n: int, vocab: int, device, seed: int):
+    """Greedy-verify check inputs: random ``[bs * n, vocab]`` fp32 logits and ``[bs, n]``
+    candidates whose drafts follow their argmax, one request rejecting at ``n // 2``."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    logits = torch.randn(bs * n, vocab, generator=gen).to(device)
+    predict = torch.argmax(logits, dim=-1).view(bs, n)
+    candidates = torch.zeros(bs, n, dtype=torch.int64, device=device)
+    candidates[:, 1:] = predict[:, :-1]  # accept everything, then reject one position
+    candidates[-1, n // 2] += 1
+    return logits, candidates

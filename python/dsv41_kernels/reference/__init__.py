@@ -20,6 +20,8 @@ _EXPORTS = {
     "hc_sinkhorn": "dsv41_kernels.reference.mhc",
     "pack_topk": "dsv41_kernels.reference.moe_router",
     "split_tf32": "dsv41_kernels.reference.mhc",
+    "sharded_accept_greedy": "dsv41_kernels.reference.sharded_argmax",
+    "sharded_row_argmax": "dsv41_kernels.reference.sharded_argmax",
     "vision_topk": "dsv41_kernels.reference.moe_router",
 }
 

@@ -11,7 +11,9 @@ Call sites (switch name, module): ``accept`` (greedy accept, :mod:`.accept`), ``
 (vision routing, :mod:`.router`), ``combine`` (mHC combine+norm with the MXFP8 epilogue,
 :mod:`.combine`), ``sched`` (FlashMLA scheduler metadata, :mod:`.sched`), ``mhc`` (mHC mixing
 statistics and their derived weights, :mod:`.mhc`), ``wo_a`` (the attention output's inverse
-RoPE and FP8 quantization before the FP8 ``wo_a`` on Hopper, :mod:`.wo_a`).
+RoPE and FP8 quantization before the FP8 ``wo_a`` on Hopper, :mod:`.wo_a`), ``verify_gather``
+(DSpark's verify logits at TP > 1 left sharded for a greedy step, :mod:`.verify_gather`; off
+until run on several GPUs).
 
 ``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
 or ``all``. Each process reports one line saying what is on and what is off, and why: through
@@ -61,6 +63,11 @@ SITES = (
     Site("sched", f"{__name__}.sched", "FlashMLA scheduler metadata -> decoding_sched_meta"),
     Site("mhc", f"{__name__}.mhc", "mHC mixing statistics -> hc_mix_stats"),
     Site("wo_a", f"{__name__}.wo_a", "attention output RoPE + FP8 quant -> inverse_rope_quant_fp8"),
+    Site(
+        "verify_gather",
+        f"{__name__}.verify_gather",
+        "DSpark verify at TP > 1 -> one key per row gathered, not the logits",
+    ),
 )
 SWITCHES = tuple(site.switch for site in SITES)
 

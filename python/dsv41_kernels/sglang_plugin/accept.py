@@ -16,7 +16,9 @@ in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
   ``from ... import _row_argmax`` binding (SGLang's hook registry rewrites such bindings).
 
 Both return exactly what SGLang's rule returns over ``torch.argmax`` (int64 argmax; int32
-lengths, int64 bonus); arguments our admission refuses go to SGLang's original function.
+lengths, int64 bonus); arguments our admission refuses go to SGLang's original function. At
+TP > 1 with call site ``verify_gather`` armed, the accept may be handed this rank's vocab
+shard of the verify logits instead: it goes to :func:`.deferred_verify.accept_on_shard`.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from sglang.srt.plugins.hook_registry import HookType
 from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
-from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin import deferred_verify, dispatch
 from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
 
 _MODULE = "sglang.kernels.ops.speculative.dspark.dspark_accept"
@@ -55,10 +57,10 @@ def row_argmax_hook(original, logits, fused=False):
     )
 
 
-def accept_admission(
+def sglang_arguments_refusal(
     candidates, target_logits, verify_num_draft_tokens, cutoff_verify_lens
-) -> Admission:
-    """Our one-launch accept, for arguments SGLang's accept would take without raising."""
+) -> Admission | None:
+    """The refusal for arguments SGLang's accept would not take without raising, else None."""
     if candidates.dim() != 2 or target_logits.dim() != 2:
         return refuse("candidates or logits not 2-D")
     bs, n = candidates.shape
@@ -70,6 +72,18 @@ def accept_admission(
         cutoff_verify_lens.dtype not in _INDEX_DTYPES or tuple(cutoff_verify_lens.shape) != (bs,)
     ):
         return refuse("cutoff_verify_lens not int [bs]")
+    return None
+
+
+def accept_admission(
+    candidates, target_logits, verify_num_draft_tokens, cutoff_verify_lens
+) -> Admission:
+    """Our one-launch accept, for arguments SGLang's accept would take without raising."""
+    refusal = sglang_arguments_refusal(
+        candidates, target_logits, verify_num_draft_tokens, cutoff_verify_lens
+    )
+    if refusal is not None:
+        return refusal
     slower = slower_than_sglang("accept", target_logits)
     if slower is not None:
         return slower
@@ -83,12 +97,17 @@ def _accept_hook(name: str):
         if args or not kwargs.keys() <= _ACCEPT_KEYWORDS:
             admission = refuse("positional or unknown arguments")
         else:
-            admission = accept_admission(
+            arguments = [
                 kwargs["candidates"],
                 kwargs["target_logits"],
                 kwargs["verify_num_draft_tokens"],
                 kwargs.get("cutoff_verify_lens"),
-            )
+            ]
+            deferred = deferred_verify.deferred_shard(kwargs["target_logits"])
+            if deferred is not None:  # a verify shard (call site verify_gather)
+                refusal = sglang_arguments_refusal(*arguments)
+                return deferred_verify.accept_on_shard(deferred, original, kwargs, refusal)
+            admission = accept_admission(*arguments)
         return dispatch.run(
             name,
             admission,

@@ -67,3 +67,50 @@ def random_logits(rows: int, vocab: int, gen: torch.Generator) -> torch.Tensor:
         elif kind == 4:
             x[r, pos[0]] = -INF
     return x
+
+
+def boundary_rows(vocab: int, cuts, gen: torch.Generator) -> list[torch.Tensor]:
+    """For every shard boundary ``c`` in ``cuts`` (the first column of a later shard), rows
+    whose deciding values sit at ``c - 1`` and ``c``: on both sides of the boundary, or on one
+    side with a rival in the other shard."""
+    rows = []
+
+    def base():
+        return torch.randn(vocab, generator=gen)
+
+    for c in cuts:
+        r = base()
+        r[[c - 1, c]] = NAN  # NaN on both sides: the left one is first
+        rows.append(r)
+        r = base()
+        r[c - 1] = INF
+        r[[c, vocab - 1]] = NAN  # +Inf left, NaN right: the NaN wins
+        rows.append(r)
+        r = base()
+        r[c] = NAN
+        r[0] = INF  # a NaN in a later shard beats +Inf in the first
+        rows.append(r)
+        r = base()
+        r[[c - 1, c]] = r.max() + 1  # a tie across the boundary: the left one
+        rows.append(r)
+        r = base()
+        r[[c, vocab - 1]] = r.max() + 1  # a tie starting right of the boundary
+        rows.append(r)
+        r = base()
+        r[[c - 1, c]] = INF  # tied +Inf across the boundary
+        rows.append(r)
+        r = -torch.rand(vocab, generator=gen) - 1
+        r[c - 1], r[c] = -0.0, 0.0  # -0 left ties +0 right
+        rows.append(r)
+        r = -torch.rand(vocab, generator=gen) - 1
+        r[c - 1], r[c] = 0.0, -0.0  # +0 left ties -0 right
+        rows.append(r)
+        r = torch.full((vocab,), -INF)
+        r[c] = -1e30  # -Inf up to the boundary, the only finite value right of it
+        rows.append(r)
+        r = torch.full((vocab,), -INF)
+        r[c - 1] = r[c] = NAN  # -Inf everywhere else
+        rows.append(r)
+    rows.append(torch.full((vocab,), -INF))  # all -Inf: index 0
+    rows.append(torch.full((vocab,), 1.5))  # all equal: index 0
+    return rows

@@ -1,0 +1,329 @@
+"""Row argmax over vocabulary-parallel logits, gathering one int64 per row and rank.
+
+At tensor parallelism ``tp`` the vocabulary-parallel ``lm_head`` leaves each rank a
+``[rows, vocab / tp]`` slice of the verify logits, and SGLang 0.5.23 all-gathers the whole
+``[rows, vocab]`` on every rank before the greedy argmax: 3.1 MB at DSpark's six rows, TP4,
+fp32, to produce six integers. Here each rank reduces its own slice to one 64-bit key per row,
+the keys are all-gathered (8 bytes x rows x ranks) and a max over ranks picks the winner.
+
+The key of a row is ``order(value) << 32 | (2**32 - 1 - global_index)``, from the shard's own
+argmax (:func:`.row_argmax.row_argmax`, which is ``torch.argmax``'s first NaN or first
+maximum): ``order`` maps fp32 to int32 increasing with the value, folds -0 onto +0 and puts
+every NaN above +Inf (``argmax_reduction``'s order, the one its kernels merge lanes with), and
+the low half makes the lower global index the larger key among equal values.
+
+Contract: for shards that partition the vocabulary (each rank's ``vocab_start`` and width, in
+any sizes, uneven or empty ones included, as long as one rank holds a column), the result on
+every rank is **bitwise** ``torch.argmax(torch.cat(shards, dim=1), dim=-1)``. Why: without
+NaN, each shard's key holds its first maximum, the max over keys takes the largest value and,
+among shards tied on it, the lowest global index: the first maximum of the row. With NaN, the
+row's first NaN is the first NaN of the first shard holding one, whose key wins over every
+shard without NaN (NaN's order is the largest) and over every later shard with NaN (a larger
+index). Global indices must be below 2**32.
+
+Graph capture: the per-row scratch (local indices, keys, gathered keys) is a per-device
+workspace for up to :data:`MAX_ROWS` rows, made on the first call, which must come before
+capture (:func:`dsv41_kernels.workspace.device_workspace`); with ``out`` given a call then
+allocates nothing and never syncs the host. The collective is ``torch.distributed``'s
+all-gather on ``group`` (NCCL captures into a CUDA graph; gloo serves CPU tensors).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import triton
+import triton.language as tl
+
+from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.ops.speculative.argmax_reduction import (
+    EMPTY_SLOT,
+    MAX_ROWS,
+    TRITON,
+    _order_key,
+    decode_index,
+)
+from dsv41_kernels.ops.speculative.row_argmax import row_argmax
+from dsv41_kernels.workspace import device_workspace
+
+MAX_INDEX = 2**32 - 1  # the low 32 bits of a key hold 2**32 - 1 - index
+KEY_BLOCK = 128  # rows per program of the key and merge kernels
+
+all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+"""``torch.distributed``'s all-gather into one tensor: torch 2.13 names it ``all_gather_single``
+and deprecates ``all_gather_into_tensor``, the only name torch 2.11 (the H200's) has."""
+
+
+def validate_shard(local_logits, vocab_start) -> None:
+    """Raise naming the argument unless ``local_logits`` is a 2-D floating-point shard (empty
+    rows allowed: a rank may hold no column) whose global indices fit below 2**32."""
+    check_tensor("local_logits", local_logits, ndim=2)
+    if not local_logits.dtype.is_floating_point:
+        raise ValueError(f"local_logits must be floating point, got {local_logits.dtype}")
+    if isinstance(vocab_start, bool) or not isinstance(vocab_start, int):
+        raise TypeError(f"vocab_start must be an int, got {type(vocab_start).__name__}")
+    end = vocab_start + local_logits.shape[1]
+    if vocab_start < 0 or end > MAX_INDEX + 1:
+        raise ValueError(
+            f"vocab_start must place the shard's columns in [0, 2**32), got columns "
+            f"[{vocab_start}, {end})"
+        )
+
+
+def validate_group(group) -> int:
+    """The world size of ``group``; TypeError unless it is a torch.distributed ProcessGroup,
+    ValueError unless this process is one of its ranks."""
+    if not isinstance(group, dist.ProcessGroup):
+        raise TypeError(
+            f"group must be a torch.distributed.ProcessGroup (SGLang: the TP group's "
+            f"device_group), got {type(group).__name__}"
+        )
+    world = dist.get_world_size(group)
+    if world < 1:
+        raise ValueError("group does not hold this process's rank")
+    return world
+
+
+def validate_index_out(name: str, out, rows: int, device: torch.device) -> None:
+    if out is None:
+        return
+    check_tensor(name, out, dtypes=(torch.int64,), ndim=1)
+    if out.shape[0] != rows or out.device != device or not out.is_contiguous():
+        raise ValueError(
+            f"{name} must be a contiguous int64 [{rows}] tensor on {device}, "
+            f"got {tuple(out.shape)} on {out.device}"
+        )
+
+
+def validate_gathered(gathered_keys) -> None:
+    check_tensor("gathered_keys", gathered_keys, dtypes=(torch.int64,), ndim=2)
+    if not gathered_keys.is_contiguous():
+        raise ValueError("gathered_keys must be contiguous [world, rows]")
+
+
+def _validate(local_logits, vocab_start, group, out) -> int:
+    validate_shard(local_logits, vocab_start)
+    world = validate_group(group)
+    validate_index_out("out", out, local_logits.shape[0], local_logits.device)
+    return world
+
+
+def admit_keys(t: torch.Tensor, rows: int) -> Admission:
+    """Whether the Triton key and merge kernels run for ``rows`` rows of ``t``'s device (the
+    workspace holds :data:`MAX_ROWS`); pure."""
+    where = triton_device(t)
+    if not where:
+        return where
+    if rows > MAX_ROWS:
+        return refuse(f"{rows} rows > {MAX_ROWS}, the per-device workspace")
+    return admit(TRITON, f"{where.reason}, {rows} rows")
+
+
+def sharded_row_argmax_admission(
+    local_logits: torch.Tensor, *, vocab_start: int, group, out: torch.Tensor | None = None
+) -> Admission:
+    """Whether the Triton key and merge kernels run (the shard's own argmax makes its choice
+    in :func:`.row_argmax.row_argmax`); pure, never raises."""
+    try:
+        _validate(local_logits, vocab_start, group, out)
+    except (TypeError, ValueError) as e:
+        return invalid(e)
+    return admit_keys(local_logits, local_logits.shape[0])
+
+
+@triton.jit
+def shard_keys_kernel(
+    logits_ptr,
+    row_stride,
+    col_stride,
+    index_ptr,  # int64 [rows]: the shard's argmax
+    keys_ptr,  # int64 [rows]
+    rows,
+    vocab_start,
+    BLOCK: tl.constexpr,
+):
+    """``keys[r] = order(logits[r, index[r]]) << 32 | (2**32 - 1 - (vocab_start + index[r]))``."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    here = r < rows
+    col = tl.load(index_ptr + r, mask=here, other=0)
+    value = tl.load(logits_ptr + r.to(tl.int64) * row_stride + col * col_stride, mask=here)
+    order = _order_key(value.to(tl.float32)).to(tl.int64)
+    tl.store(keys_ptr + r, (order << 32) | (4294967295 - (vocab_start + col)), mask=here)
+
+
+@triton.jit
+def merge_keys_kernel(gathered_ptr, world, rows, out_ptr, BLOCK: tl.constexpr):
+    """``out[r]``: the index held by the largest of ``gathered[:, r]``."""
+    r = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    here = r < rows
+    best = tl.full([BLOCK], -(2**63), tl.int64)
+    for rank in range(world):
+        keys = tl.load(gathered_ptr + rank * rows + r, mask=here, other=-(2**63))
+        best = tl.maximum(best, keys)
+    tl.store(out_ptr + r, decode_index(best), mask=here)
+
+
+def order_key_torch(values: torch.Tensor) -> torch.Tensor:
+    """The kernels' order in torch ops: int32 increasing with the value, -0 folded onto +0,
+    every NaN above +Inf."""
+    x = values.float()
+    bits = torch.where(x == 0, 0.0, x).view(torch.int32)
+    order = torch.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)
+    return torch.where(x.isnan(), 0x7FFFFFFF, order)
+
+
+def shard_keys_torch(local_logits, local_index, vocab_start, out) -> torch.Tensor:
+    """:func:`shard_keys_kernel` in torch ops: the fallback, and its statement."""
+    value = local_logits.gather(1, local_index[:, None]).squeeze(1)
+    order = order_key_torch(value).to(torch.int64)
+    return out.copy_((order << 32) | (MAX_INDEX - (vocab_start + local_index)))
+
+
+def decode_keys_torch(keys: torch.Tensor) -> torch.Tensor:
+    """The global index a key carries."""
+    return MAX_INDEX - (keys & MAX_INDEX)
+
+
+def workspace(device: torch.device, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-row scratch on ``device``: local indices and keys (int64 [MAX_ROWS] each), and
+    the gathered keys of ``world`` ranks (int64 [world * MAX_ROWS]); see
+    :func:`dsv41_kernels.workspace.device_workspace` (made before capture, stream-ordered)."""
+    index, keys = device_workspace(
+        "sharded_row_argmax",
+        device,
+        lambda d: tuple(torch.empty(MAX_ROWS, dtype=torch.int64, device=d) for _ in range(2)),
+    )
+    (gathered,) = device_workspace(
+        f"sharded_row_argmax x{world}",
+        device,
+        lambda d: (torch.empty(world * MAX_ROWS, dtype=torch.int64, device=d),),
+    )
+    return index, keys, gathered
+
+
+def scratch(device: torch.device, rows: int, world: int, admission: Admission):
+    """``(local_index [rows], keys [rows], gathered [world, rows])``: views of the workspace on
+    the kernel path; fresh tensors on the fallback (which also serves more rows)."""
+    if admission:
+        index, keys, gathered = workspace(device, world)
+        return index[:rows], keys[:rows], gathered[: world * rows].view(world, rows)
+    return (
+        torch.empty(rows, dtype=torch.int64, device=device),
+        torch.empty(rows, dtype=torch.int64, device=device),
+        torch.empty(world, rows, dtype=torch.int64, device=device),
+    )
+
+
+def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -> torch.Tensor:
+    """Each row's key into ``keys``, the shard's argmax through ``index`` (both ``[rows]``)."""
+    rows, cols = local_logits.shape
+    if rows == 0:
+        return keys
+    if cols == 0:  # a rank without columns loses every row
+        return keys.fill_(EMPTY_SLOT)
+    row_argmax(local_logits, out=index)
+    if not admission:
+        return shard_keys_torch(local_logits, index, vocab_start, keys)
+    shard_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
+        local_logits,
+        local_logits.stride(0),
+        local_logits.stride(1),
+        index,
+        keys,
+        rows,
+        vocab_start,
+        BLOCK=KEY_BLOCK,
+    )
+    return keys
+
+
+def shard_keys(
+    local_logits: torch.Tensor,
+    *,
+    vocab_start: int,
+    out: torch.Tensor | None = None,
+    admission: Admission | None = None,
+) -> torch.Tensor:
+    """One rank's int64 ``[rows]`` keys for ``local_logits`` ``[rows, w]``, the columns
+    ``vocab_start .. vocab_start + w - 1`` of the vocabulary (the first half of
+    :func:`sharded_row_argmax`, for callers that merge the keys themselves).
+
+    ``out`` (int64 ``[rows]``, contiguous) is written in place. ``admission``: this call's
+    :func:`admit_keys`, when the caller already made it.
+    """
+    validate_shard(local_logits, vocab_start)
+    rows, device = local_logits.shape[0], local_logits.device
+    validate_index_out("out", out, rows, device)
+    if admission is None:
+        admission = admit_keys(local_logits, rows)
+    if out is None:
+        out = torch.empty(rows, dtype=torch.int64, device=device)
+    index, _, _ = scratch(device, rows, 1, admission)
+    return compute_keys(local_logits, vocab_start, index, out, admission)
+
+
+def merge_into(gathered: torch.Tensor, out: torch.Tensor, admission: Admission) -> torch.Tensor:
+    world, rows = gathered.shape
+    if rows == 0:
+        return out
+    if not admission:
+        return out.copy_(decode_keys_torch(gathered.amax(dim=0)))
+    merge_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](gathered, world, rows, out, BLOCK=KEY_BLOCK)
+    return out
+
+
+def merge_keys(
+    gathered_keys: torch.Tensor,
+    *,
+    out: torch.Tensor | None = None,
+    admission: Admission | None = None,
+) -> torch.Tensor:
+    """The int64 ``[rows]`` global argmax from every rank's keys, ``gathered_keys``
+    (int64 ``[world, rows]``, contiguous); ``out`` (int64 ``[rows]``) is written in place."""
+    validate_gathered(gathered_keys)
+    rows = gathered_keys.shape[1]
+    validate_index_out("out", out, rows, gathered_keys.device)
+    if admission is None:
+        admission = admit_keys(gathered_keys, rows)
+    if out is None:
+        out = torch.empty(rows, dtype=torch.int64, device=gathered_keys.device)
+    return merge_into(gathered_keys, out, admission)
+
+
+def gather_keys(local_logits, vocab_start, group, world: int, admission: Admission) -> torch.Tensor:
+    """Every rank's keys, ``[world, rows]``: this rank's, all-gathered over ``group``."""
+    rows = local_logits.shape[0]
+    index, keys, gathered = scratch(local_logits.device, rows, world, admission)
+    compute_keys(local_logits, vocab_start, index, keys, admission)
+    all_gather_into(gathered.view(-1), keys, group=group)
+    return gathered
+
+
+def sharded_row_argmax(
+    local_logits: torch.Tensor,
+    *,
+    vocab_start: int,
+    group,
+    out: torch.Tensor | None = None,
+    admission: Admission | None = None,
+) -> torch.Tensor:
+    """``torch.argmax`` over the vocabulary-parallel rows whose columns ``vocab_start ..
+    vocab_start + w - 1`` this rank holds as ``local_logits`` ``[rows, w]``; int64 ``[rows]``,
+    the same on every rank of ``group``.
+
+    Every rank of ``group`` (a ``torch.distributed`` ProcessGroup: NCCL for CUDA tensors,
+    gloo for CPU ones) calls it with the same ``rows`` and its own shard; strides are read from
+    the tensor (a column slice of a wider buffer is fine). ``out`` (int64 ``[rows]``,
+    contiguous) is written in place. ``admission``: this call's
+    :func:`sharded_row_argmax_admission`, when the caller already made it.
+    """
+    world = _validate(local_logits, vocab_start, group, out)
+    rows, device = local_logits.shape[0], local_logits.device
+    if admission is None:
+        admission = admit_keys(local_logits, rows)
+    if out is None:
+        out = torch.empty(rows, dtype=torch.int64, device=device)
+    if rows == 0:
+        return out
+    gathered = gather_keys(local_logits, vocab_start, group, world, admission)
+    return merge_into(gathered, out, admission)
