@@ -19,6 +19,8 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
 )
 from dsv41_kernels.reference import sharded_accept_greedy, sharded_row_argmax
 
+OPS = ("sharded_row_argmax", "sharded_accept_greedy")
+
 
 def even_widths(vocab: int, world: int) -> tuple[int, ...]:
     """The shard widths of a vocabulary-parallel ``lm_head`` without padding: equal shards,

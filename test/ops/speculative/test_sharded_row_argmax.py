@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from dsv41_kernels import interpreter
 from dsv41_kernels.admission import refuse, triton_interpreter
 from dsv41_kernels.cases.sharded_row_argmax import (
     emulated_argmax,
@@ -98,7 +99,7 @@ def assert_accept_equal(ours, ref):
 @pytest.fixture
 def torch_fallback(monkeypatch):
     """The torch path of every op (the admissions refuse CPU tensors without the interpreter)."""
-    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
 
 
 # ---- the key order ---------------------------------------------------------------------------
@@ -390,8 +391,9 @@ def gloo_rank(rank: int, store: str) -> None:
         groups = {
             world: dist.new_group(list(range(world))) for world in (2, 4)
         }  # TP-like subgroups
-        for interpret in ("1", "0"):  # the kernels under the interpreter, then the torch fallback
-            os.environ["TRITON_INTERPRET"] = interpret
+        # The kernels under the interpreter, then the torch fallback.
+        for interpret in (interpreter.RUNS_IN_INTERPRETER, False):
+            interpreter.RUNS_IN_INTERPRETER = interpret
             for world, group in groups.items():
                 if rank < world:
                     check_rank(rank, world, group, torch.device("cpu"))

@@ -21,10 +21,10 @@ row's first NaN is the first NaN of the first shard holding one, whose key wins 
 shard without NaN (NaN's order is the largest) and over every later shard with NaN (a larger
 index). Global indices must be below 2**32.
 
-Graph capture: the per-row scratch (local indices, keys, gathered keys) is a per-device
-workspace for up to :data:`MAX_ROWS` rows, made on the first call, which must come before
-capture (:func:`dsv41_kernels.workspace.device_workspace`); with ``out`` given a call then
-allocates nothing and never syncs the host. The collective is ``torch.distributed``'s
+Graph capture: the per-row scratch (local indices, keys, gathered keys) is a workspace of
+each device and stream for up to :data:`MAX_ROWS` rows, made on the first call, which must
+come before capture (:class:`dsv41_kernels.workspace.StreamWorkspace`); with ``out`` given a
+call then allocates nothing and never syncs the host. The collective is ``torch.distributed``'s
 all-gather on ``group`` (NCCL captures into a CUDA graph; gloo serves CPU tensors).
 """
 
@@ -44,7 +44,7 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     decode_index,
 )
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax
-from dsv41_kernels.workspace import device_workspace
+from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 MAX_INDEX = 2**32 - 1  # the low 32 bits of a key hold 2**32 - 1 - index
 KEY_BLOCK = 128  # rows per program of the key and merge kernels
@@ -184,20 +184,24 @@ def decode_keys_torch(keys: torch.Tensor) -> torch.Tensor:
     return MAX_INDEX - (keys & MAX_INDEX)
 
 
+_SCRATCH = StreamWorkspace(
+    "sharded_row_argmax",
+    Buffer(MAX_ROWS, torch.int64, 0),  # local indices
+    Buffer(MAX_ROWS, torch.int64, 0),  # keys
+)
+_GATHERED: dict[int, StreamWorkspace] = {}  # world size -> the all-gathered keys' workspace
+
+
 def workspace(device: torch.device, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The per-row scratch on ``device``: local indices and keys (int64 [MAX_ROWS] each), and
-    the gathered keys of ``world`` ranks (int64 [world * MAX_ROWS]); see
-    :func:`dsv41_kernels.workspace.device_workspace` (made before capture, stream-ordered)."""
-    index, keys = device_workspace(
-        "sharded_row_argmax",
-        device,
-        lambda d: tuple(torch.empty(MAX_ROWS, dtype=torch.int64, device=d) for _ in range(2)),
+    """The per-row scratch on ``device``'s current stream: local indices and keys (int64
+    [MAX_ROWS] each), and the gathered keys of ``world`` ranks (int64 [world * MAX_ROWS]); see
+    :class:`dsv41_kernels.workspace.StreamWorkspace` (made before capture)."""
+    index, keys = _SCRATCH.get(device)
+    gathered_of = _GATHERED.setdefault(
+        world,
+        StreamWorkspace(f"sharded_row_argmax x{world}", Buffer(world * MAX_ROWS, torch.int64, 0)),
     )
-    (gathered,) = device_workspace(
-        f"sharded_row_argmax x{world}",
-        device,
-        lambda d: (torch.empty(world * MAX_ROWS, dtype=torch.int64, device=d),),
-    )
+    (gathered,) = gathered_of.get(device)
     return index, keys, gathered
 
 
