@@ -175,7 +175,9 @@ def main() -> None:
                         if any(c["sglang"] for c in counts.values()):
                             times[arm] = None  # ours declined here: not a time of ours
                             print(f"  {op} {shape}: ours declined {counts}", file=sys.stderr)
-                except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
+                except BaseException as e:  # an arm that cannot run (SGLang's tilelang absent, say)
+                    if not (isinstance(e, Exception) or callers.sglang_cannot_run_here(e)):
+                        raise
                     times[arm] = None
                     print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
                 records.append(record(op, shape, arm, times[arm], rows=rows))

@@ -210,7 +210,9 @@ def main() -> None:
         for arm, fn in arms.items():
             try:
                 times[arm] = graph_time_us(fn, inner=1, repeats=args.repeats)
-            except (Exception, *callers.sglang_cannot_run()) as e:  # e.g. tilelang absent
+            except BaseException as e:  # an arm that cannot run (SGLang's tilelang absent, say)
+                if not (isinstance(e, Exception) or callers.sglang_cannot_run_here(e)):
+                    raise
                 times[arm] = None
                 print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
             records.append(record(op, shape, arm, times[arm], per_cycle=count))

@@ -23,16 +23,30 @@ TOP_K = 6
 IMAGE_TOKEN_ID = 129264
 
 
-def sglang_cannot_run() -> tuple[type[BaseException], ...]:
-    """What SGLang's own code raises where a piece of it cannot run here: ImportError (an
-    optional package absent, e.g. tilelang for the 2-31-row mHC Sinkhorn) and, on the GPU test
-    machine, a stand-in reached (``benchmark/sglang_env``: e.g. ``sgl_kernel.rmsnorm`` behind
-    SGLang's CUDA RMSNorm)."""
+def sglang_cannot_run_here(error: BaseException) -> bool:
+    """Whether ``error`` says a piece of SGLang's own code cannot run here: an optional package
+    absent (an ImportError, or SGLang's own error raised from one, e.g. its "tilelang is not
+    installed" RuntimeError for the 2-31-row mHC Sinkhorn) or, on the GPU test machine, a
+    stand-in reached (``benchmark/sglang_env``: e.g. ``sgl_kernel.rmsnorm`` behind SGLang's CUDA
+    RMSNorm)."""
+    if isinstance(error, ImportError) or isinstance(error.__cause__, ImportError):
+        return True
     try:
         from _sglang_env_standin import StandInUsed
     except ImportError:
-        return (ImportError,)
-    return (ImportError, StandInUsed)
+        return False
+    return isinstance(error, StandInUsed)
+
+
+def run_sglang(fn):
+    """``(fn(), None)``, or ``(None, why)`` where SGLang's own code cannot run here (any other
+    error is raised)."""
+    try:
+        return fn(), None
+    except BaseException as e:
+        if not sglang_cannot_run_here(e):
+            raise
+        return None, f"{type(e).__name__}: {e}"
 
 
 def hooked_names(module) -> list[str]:

@@ -82,6 +82,8 @@ MEASURED = [
     ("combine", 9, 2048, False),  # SGLang's branch there cannot run on the test machine
     ("combine", 9, 4096, True),
     ("sched", 9, 6, False),
+    ("wo_a", 9, 6, True),  # not bitwise SGLang's on the H200
+    ("wo_a", None, 6, False),
 ]
 
 

@@ -150,8 +150,8 @@ def report_line(status: Mapping[str, str], unknown=()) -> str:
     slower = [name for name in on if measured_slower(name)]
     if slower:
         line += (
-            f"; declining where measured slower than SGLang ({FORCE_ENV} lifts it): "
-            f"{', '.join(slower)}"
+            "; declining where measured slower than SGLang or not bitwise equal to it "
+            f"({FORCE_ENV} lifts it): {', '.join(slower)}"
         )
     if unknown:
         line += f"; ignored unknown {DISABLE_ENV} names: {', '.join(unknown)}"
