@@ -7,7 +7,9 @@ two tvm-ffi JIT CUDA kernels built from SGLang's own sources (neither touches th
 kernels on the same inputs, bit for bit (the e4m3 values, the fp32 scales and the rotated
 ``o``), eagerly and replayed from a CUDA graph; then the hook, driving the output path with
 the plugin on and off for V4.1's TP-local shapes at TP 1 / 2 / 4, and the FP8 contraction on
-both results where DeepGEMM imports.
+both results where DeepGEMM imports. The hook declines on SM90 by default (measured not bitwise
+SGLang's there: ``sglang_plugin.measured``), so these tests take ours with
+``DSV41_KERNELS_FORCE=wo_a``: they hold the op to SGLang's bits until it meets them.
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ pytestmark = pytest.mark.gpu
 ROPE_HOOK = "wo_a.fused_rope_inplace"
 QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
 TOKENS = [0, 1, 6, 24, 96, 384]
+
+
+@pytest.fixture(autouse=True)
+def ours_forced(monkeypatch):
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "wo_a")
 
 
 def sglang_kernels():
