@@ -27,7 +27,9 @@ from dsv41_kernels.reference.inverse_rope_quant import (
     RCP_448_BITS,
     fma_f32,
     group_quant_fp8,
+    RCP_APPROX_STEPS,
     inverse_rope,
+    rcp_approx_ftz,
     round_to_bf16,
 )
 from dsv41_kernels.reference.inverse_rope_quant import inverse_rope_quant_fp8 as reference
@@ -358,6 +360,28 @@ def test_bad_input_raises_value_error_naming_the_argument(index):
     assert not verdict and verdict.reason.startswith("invalid arguments")
 
 
+def test_rcp_model_is_the_other_neighbour_where_it_steps():
+    """The model of ``rcp.approx.ftz``: the correctly rounded reciprocal, except on the measured
+    significands, where it is the other fp32 neighbour of the exact value (a faithful rounding,
+    never further); the same at every exponent with a normal result, 0 above 2^126."""
+    significands = 1 + torch.arange(128, dtype=torch.float32) / 128
+    for exponent in (-126, -30, 0, 8, 125):
+        amax = significands * 2.0**exponent
+        model = rcp_approx_ftz(amax)
+        for field, (a, r) in enumerate(zip(amax.tolist(), model.tolist(), strict=True)):
+            nearest = torch.tensor(1.0) / torch.tensor(a)
+            exact = 1 / Fraction(a)
+            if field not in RCP_APPROX_STEPS:
+                assert r == nearest.item(), (exponent, field)
+                continue
+            step = torch.tensor(r).view(torch.int32) - nearest.view(torch.int32)
+            assert step.item() == RCP_APPROX_STEPS[field], (exponent, field)
+            assert min(r, nearest.item()) < exact < max(r, nearest.item()), (exponent, field)
+    flushed = rcp_approx_ftz(torch.tensor([2.0**126 * 1.0078125, 2.0**127, float("inf")]))
+    assert flushed.tolist() == [0.0, 0.0, 0.0]
+    assert rcp_approx_ftz(torch.tensor([1e-10])).item() == (torch.tensor(1.0) / 1e-10).item()
+
+
 # ---- GPU tier -----------------------------------------------------------------------------------
 
 
@@ -381,14 +405,15 @@ def test_gpu_kernel_matches_reference():
 
 @pytest.mark.gpu
 def test_gpu_reciprocal_model_holds_on_every_amax():
-    """The reference's ``rcp.approx.ftz.f32`` model (the correctly rounded reciprocal) against
-    the GPU on every value ``amax`` can take: each bf16 significand (at a few exponents) and
+    """The reference's ``rcp.approx.ftz.f32`` model (``rcp_approx_ftz``) against the GPU on
+    every value ``amax`` can take: each bf16 significand (at exponents across the range) and
     fp32(1e-10). Were it to fail, the kernel still equals SGLang (same instruction) but the
     reference (and the CPU tier) would miss these values."""
     significands = 1 + torch.arange(128, dtype=torch.float32) / 128
-    amax = torch.cat([significands * 2.0**e for e in (-30, 0, 8, 60)] + [torch.tensor([1e-10])])
+    exponents = (-33, -30, -1, 0, 1, 8, 60, 125)
+    amax = torch.cat([significands * 2.0**e for e in exponents] + [torch.tensor([1e-10])])
     hardware = _rcp_approx_ftz(amax.cuda()).cpu()
-    model = 1.0 / amax
+    model = rcp_approx_ftz(amax)
     differ = (hardware.view(torch.int32) != model.view(torch.int32)).nonzero().flatten()
     assert differ.numel() == 0, [
         (amax[i].item(), hex(hardware.view(torch.int32)[i].item())) for i in differ

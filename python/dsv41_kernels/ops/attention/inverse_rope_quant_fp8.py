@@ -29,10 +29,10 @@ SGLang's two kernels (read there). On a GPU the instructions that decide the bit
 SGLang's kernels compile to (checked in the SASS of both, sm_90a): one ``fma.rn.f32`` per
 rotated value with the sine product rounded first, the scale ``amax * 0x3B124925``, the
 multiplier ``div.approx.ftz.f32(448, amax)`` (``MUFU.RCP`` then ``FMUL.FTZ``) and
-``cvt.rn.satfinite.e4m3x2.f32``; the bf16 rounding of the rotated values (to nearest even,
-NaN -> 0x7FFF) and the NaN-ignoring maximum are integer arithmetic on every device. Under the
-Triton interpreter the e4m3 conversion is emulated with integers and the reciprocal is the
-correctly rounded one, the reference's model. Outputs
+``cvt.rn.satfinite.e4m3x2.f32``, one per (even, odd) pair; the bf16 rounding of the rotated
+values (to nearest even, NaN -> 0x7FFF) and the NaN-ignoring maximum are integer arithmetic on
+every device. Under the Triton interpreter the e4m3 conversion is emulated with integers and
+the reciprocal is the reference's model of ``MUFU.RCP``. Outputs
 are ``o_fp8`` float8_e4m3fn ``[T, G, D]`` and ``o_scales`` fp32 ``[T, G, D / group_size]``,
 contiguous: the layouts SGLang's quantizer allocates (row-major scales) and its ``wo_a`` reads.
 A position outside ``freqs_cis`` gives NaN in that token's rotated values, never a read out of
@@ -52,6 +52,7 @@ from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
     BF16_CANONICAL_NAN,
     RCP_448_BITS,
+    RCP_APPROX_STEPS,
     RCP_FLUSH_ABOVE,
 )
 from dsv41_kernels.reference.inverse_rope_quant import (
@@ -67,6 +68,9 @@ _AMAX_FLOOR_BITS = tl.constexpr(AMAX_FLOOR_BITS)
 _RCP_448_BITS = tl.constexpr(RCP_448_BITS)
 _RCP_FLUSH_ABOVE = tl.constexpr(RCP_FLUSH_ABOVE)
 _NAN_BITS = tl.constexpr(BF16_CANONICAL_NAN << 16)
+_RCP_STEP_FIELDS = tl.constexpr(tuple(RCP_APPROX_STEPS))
+_RCP_STEPS = tl.constexpr(tuple(RCP_APPROX_STEPS.values()))
+_RCP_STEP_COUNT = tl.constexpr(len(RCP_APPROX_STEPS))
 
 
 def _validate(o, freqs_cis, positions, o_groups, group_size, out) -> None:
@@ -164,14 +168,43 @@ def _bf16_bits(v):
 
 
 @triton.jit
-def _e4m3_codes(v, HW: tl.constexpr):
-    """fp32 -> e4m3 codes (int32 0..255): ``cvt.rn.satfinite.e4m3x2.f32``, or its emulation."""
+def _e4m3_emulated(v):
+    """fp32 -> e4m3 code (int32 0..255) as ``cvt.rn.satfinite`` gives it, in integers."""
+    finite = e4m3_rne_satfinite(tl.minimum(tl.maximum(v, -448.0), 448.0))
+    return tl.where(v != v, 0x7F, finite)
+
+
+@triton.jit
+def _e4m3_pair_codes(high, low, HW: tl.constexpr):
+    """``(e4m3(high) << 8) | e4m3(low)`` as int32: one ``cvt.rn.satfinite.e4m3x2.f32``, or its
+    emulation. The pair is converted into one 32-bit register because Triton 3.6's float8 cast,
+    whose bytes are then taken apart with 16-bit moves, is miscompiled by its ptxas for sm_90a:
+    the upper code of each pair was read from the stack pointer's register (0xFC, -384)."""
     if HW:
-        codes = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True).to(tl.int32)
+        codes = tl.inline_asm_elementwise(
+            "{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, $1, $2; cvt.u32.u16 $0, t; }",
+            "=r,f,f",
+            [high, low],
+            dtype=tl.int32,
+            is_pure=True,
+            pack=1,
+        )
     else:
-        finite = e4m3_rne_satfinite(tl.minimum(tl.maximum(v, -448.0), 448.0))
-        codes = tl.where(v != v, 0x7F, finite)
+        codes = (_e4m3_emulated(high) << 8) | _e4m3_emulated(low)
     return codes
+
+
+@triton.jit
+def _rcp_approx_model(amax):
+    """The reference's model of ``rcp.approx.ftz.f32`` on what ``amax`` holds (bf16 values and
+    fp32(1e-10)): the correctly rounded reciprocal, stepped on the significands it misses."""
+    bits = amax.to(tl.int32, bitcast=True)
+    field = tl.where((bits & 0xFFFF) == 0, (bits >> 16) & 0x7F, -1)
+    step = tl.zeros_like(bits)
+    for k in tl.static_range(_RCP_STEP_COUNT):
+        step = tl.where(field == _RCP_STEP_FIELDS[k], _RCP_STEPS[k], step)
+    rcp = ((1.0 / amax).to(tl.int32, bitcast=True) + step).to(tl.float32, bitcast=True)
+    return tl.where(amax > _RCP_FLUSH_ABOVE, 0.0, rcp)
 
 
 @triton.jit
@@ -251,11 +284,10 @@ def inverse_rope_quant_fp8_kernel(
             pack=1,
         )
     else:
-        multiplier = tl.where(amax > _RCP_FLUSH_ABOVE, 0.0, 1.0 / amax) * 448.0
-    codes_r = _e4m3_codes(y_r * multiplier[:, None], HW)
-    codes_i = _e4m3_codes(y_i * multiplier[:, None], HW)
+        multiplier = _rcp_approx_model(amax) * 448.0
+    codes = _e4m3_pair_codes(y_i * multiplier[:, None], y_r * multiplier[:, None], HW)
     out_pair = group[:, None] * PAIRS + j
-    codes = ((codes_i << 8) | codes_r).to(tl.int16)
+    codes = codes.to(tl.int16)
     tl.store(codes_ptr + token * (GROUPS_PER_TOKEN * PAIRS) + out_pair, codes, mask=live)
     tl.store(scales_ptr + token * GROUPS_PER_TOKEN + group, scale, mask=group < GROUPS_PER_TOKEN)
 
