@@ -68,6 +68,7 @@ _AMAX_FLOOR_BITS = tl.constexpr(AMAX_FLOOR_BITS)
 _RCP_448_BITS = tl.constexpr(RCP_448_BITS)
 _RCP_FLUSH_ABOVE = tl.constexpr(RCP_FLUSH_ABOVE)
 _NAN_BITS = tl.constexpr(BF16_CANONICAL_NAN << 16)
+_SIGN_BIT = tl.constexpr(-(1 << 31))
 _RCP_STEP_FIELDS = tl.constexpr(tuple(RCP_APPROX_STEPS))
 _RCP_STEPS = tl.constexpr(tuple(RCP_APPROX_STEPS.values()))
 _RCP_STEP_COUNT = tl.constexpr(len(RCP_APPROX_STEPS))
@@ -257,7 +258,11 @@ def inverse_rope_quant_fp8_kernel(
     sin = (rotation >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     sin = tl.where(inside, sin, float("nan"))
     rotated_r = _bf16_bits(tl.fma(cos, x_r, sin * x_i))
-    rotated_i = _bf16_bits(tl.fma(cos, x_i, -(sin * x_r)))
+    # The sign flipped in its bit: Triton lowers -v to 0 - v, which turns -0 into +0.
+    minus_sin_x_r = ((sin * x_r).to(tl.int32, bitcast=True) ^ _SIGN_BIT).to(
+        tl.float32, bitcast=True
+    )
+    rotated_i = _bf16_bits(tl.fma(cos, x_i, minus_sin_x_r))
     y_r = tl.where(rope, (rotated_r << 16).to(tl.float32, bitcast=True), x_r)
     y_i = tl.where(rope, (rotated_i << 16).to(tl.float32, bitcast=True), x_i)
     if ROTATE_O:
