@@ -25,9 +25,9 @@ from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
     RCP_448_BITS,
+    RCP_APPROX_STEPS,
     fma_f32,
     group_quant_fp8,
-    RCP_APPROX_STEPS,
     inverse_rope,
     rcp_approx_ftz,
     round_to_bf16,

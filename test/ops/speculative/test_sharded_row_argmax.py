@@ -226,10 +226,15 @@ def test_accept_from_keys_equals_the_rule(path):
         candidates, logits, cutoff = accept_case(bs, n, widths, gen)
         parts = [s for _, s in shards(logits, widths)]
         keys = gathered_keys(logits.to(DEVICE), widths)
+        # Verify lengths outside SGLang's 1..n as the one-GPU accept reads them (int64 ones
+        # beyond int32 too): VERIFY_LENS_RULE.
+        outside = torch.tensor([2**40, n + 1, 0, 1 - n, -n - 3, -(2**40)], dtype=torch.int64)
+        wild = outside[torch.randint(0, len(outside), (bs,), generator=gen)]
         for cand, cut in (
             (candidates, None),
             (candidates, cutoff),
             (candidates.int(), cutoff.long()),
+            (candidates, wild),
         ):
             ours = accept_from_keys(
                 cand.to(DEVICE),

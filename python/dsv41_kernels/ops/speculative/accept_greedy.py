@@ -54,16 +54,23 @@ VERIFY_LENS_RULE = (
 sync the host), so every value has a result, the same on the kernels and the fallback."""
 
 
-def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
+OUTPUTS = (
+    ("out[0] (correct_len)", torch.int32),
+    ("out[1] (bonus)", torch.int64),
+    ("out[2] (cap_trim_lens)", torch.int32),
+)
+
+
+def validate_accept_arguments(candidates, rows: int, cutoff_verify_lens, out, device) -> None:
+    """Raise ValueError naming the argument unless ``candidates``, ``cutoff_verify_lens`` and
+    ``out`` fit ``rows`` verify rows (one per candidate) on ``device``."""
     check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
-    validate_logits(logits)
     bs, n = candidates.shape
     if n == 0:
         raise ValueError(f"candidates has empty rows: {tuple(candidates.shape)}")
-    if logits.shape[0] != bs * n:
+    if rows != bs * n:
         raise ValueError(
-            f"logits must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), "
-            f"got {logits.shape[0]}"
+            f"logits must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), got {rows}"
         )
     if cutoff_verify_lens is not None:
         check_tensor("cutoff_verify_lens", cutoff_verify_lens, dtypes=INDEX_DTYPES, ndim=1)
@@ -72,33 +79,43 @@ def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
                 f"cutoff_verify_lens must have shape [{bs}], got {tuple(cutoff_verify_lens.shape)}"
             )
     if out is not None:
-        if not isinstance(out, (tuple, list)) or len(out) != 3:
+        if not isinstance(out, (tuple, list)) or len(out) != len(OUTPUTS):
             raise ValueError("out must be a tuple (correct_len, bonus, cap_trim_lens)")
-        for name, t, dtype in zip(
-            ("out[0] (correct_len)", "out[1] (bonus)", "out[2] (cap_trim_lens)"),
-            out,
-            (torch.int32, torch.int64, torch.int32),
-        ):
+        for (name, dtype), t in zip(OUTPUTS, out):
             check_tensor(name, t, dtypes=(dtype,), ndim=1)
-            if t.shape[0] != bs or t.device != logits.device or not t.is_contiguous():
-                raise ValueError(f"{name} must be contiguous [{bs}] on {logits.device}")
+            if t.shape[0] != bs or t.device != device or not t.is_contiguous():
+                raise ValueError(f"{name} must be contiguous [{bs}] on {device}")
+
+
+def refuse_accept_layout(candidates, device, cutoff_verify_lens) -> Admission | None:
+    """Why the accept kernels cannot read ``candidates`` and ``cutoff_verify_lens`` for logits on
+    ``device``, or None."""
+    if candidates.device != device:
+        return refuse(f"candidates on {candidates.device}, the logits on {device}")
+    if candidates.stride(1) != 1:
+        return refuse("candidates last-dim stride != 1")
+    if candidates.shape[1] > MAX_DRAFT_ROWS:
+        return refuse(f"{candidates.shape[1]} verify rows per request > {MAX_DRAFT_ROWS}")
+    if cutoff_verify_lens is not None and (
+        cutoff_verify_lens.device != device or not cutoff_verify_lens.is_contiguous()
+    ):
+        return refuse("cutoff_verify_lens not contiguous on the logits' device")
+    return None
+
+
+def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
+    validate_logits(logits)
+    validate_accept_arguments(candidates, logits.shape[0], cutoff_verify_lens, out, logits.device)
 
 
 def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
     rows = admit_logits(logits)
     if not rows:
         return rows
-    if candidates.device != logits.device:
-        return refuse("candidates and logits on different devices")
-    if candidates.stride(1) != 1:
-        return refuse("candidates last-dim stride != 1")
+    refusal = refuse_accept_layout(candidates, logits.device, cutoff_verify_lens)
+    if refusal is not None:
+        return refusal
     bs, n = candidates.shape
-    if n > MAX_DRAFT_ROWS:
-        return refuse(f"{n} verify rows per request > {MAX_DRAFT_ROWS}")
-    if cutoff_verify_lens is not None and (
-        cutoff_verify_lens.device != logits.device or not cutoff_verify_lens.is_contiguous()
-    ):
-        return refuse("cutoff_verify_lens not contiguous on the logits' device")
     cuda = rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS
     kernel = CUDA_CLUSTER if cuda else TRITON
     _, note = cuda_kernel(logits)  # the CUDA module's source, or why it is missing
@@ -119,6 +136,44 @@ def accept_greedy_admission(
     except ValueError as e:
         return invalid(e)
     return _plan(candidates, logits, cutoff_verify_lens)
+
+
+@triton.jit
+def apply_accept_rule(
+    predict,  # int64 [BS_BLOCK, N_BLOCK]: the argmax of row b * n + k
+    cand_ptr,
+    cand_stride,
+    cutoff_ptr,
+    correct_ptr,
+    bonus_ptr,
+    trim_ptr,
+    bs,
+    n,
+    BS_BLOCK: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    HAS_CUTOFF: tl.constexpr,
+):
+    """The accept rule over every request's predictions, stored into the three outputs."""
+    b = tl.arange(0, BS_BLOCK)[:, None]
+    k = tl.arange(0, N_BLOCK)[None, :]
+    # candidates[b, k + 1] must equal predict[b, k]; position n - 1 always stops.
+    here = (b < bs) & (k < n - 1)
+    draft = tl.load(cand_ptr + b * cand_stride + k + 1, mask=here, other=0)
+    stop = (k >= n - 1) | (draft.to(tl.int64) != predict)
+    correct = tl.min(tl.where(stop, k, N_BLOCK), axis=1)
+    req = tl.arange(0, BS_BLOCK)
+    live = req < bs
+    capped = correct
+    if HAS_CUTOFF:
+        verify = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int64)
+        limit = tl.minimum(tl.maximum(verify, 1 - n), n) - 1  # see VERIFY_LENS_RULE
+        capped = tl.minimum(correct, limit.to(tl.int32))
+    tl.store(correct_ptr + req, capped.to(tl.int32), mask=live)
+    tl.store(trim_ptr + req, (correct - capped).to(tl.int32), mask=live)
+    # SGLang reads the bonus with Python indexing: a negative index wraps.
+    take = tl.where(capped < 0, capped + n, capped)
+    bonus = tl.sum(tl.where(k == take[:, None], predict, 0), axis=1)
+    tl.store(bonus_ptr + req, bonus, mask=live)
 
 
 @triton.jit
@@ -152,23 +207,10 @@ def accept_greedy_kernel(
         predict = decode_index(
             tl.atomic_xchg(slots_ptr + b * n + k, empty, mask=here, sem="relaxed")
         )
-        # candidates[b, k + 1] must equal predict[b, k]; position n - 1 always stops.
-        draft = tl.load(cand_ptr + b * cand_stride + k + 1, mask=here & (k < n - 1), other=0)
-        stop = (k >= n - 1) | (draft.to(tl.int64) != predict)
-        correct = tl.min(tl.where(stop, k, N_BLOCK), axis=1)
-        req = tl.arange(0, BS_BLOCK)
-        live = req < bs
-        capped = correct
-        if HAS_CUTOFF:
-            verify = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int64)
-            limit = tl.minimum(tl.maximum(verify, 1 - n), n) - 1  # see VERIFY_LENS_RULE
-            capped = tl.minimum(correct, limit.to(tl.int32))
-        tl.store(correct_ptr + req, capped.to(tl.int32), mask=live)
-        tl.store(trim_ptr + req, (correct - capped).to(tl.int32), mask=live)
-        # SGLang reads the bonus with Python indexing: a negative index wraps.
-        take = tl.where(capped < 0, capped + n, capped)
-        bonus = tl.sum(tl.where(k == take[:, None], predict, 0), axis=1)
-        tl.store(bonus_ptr + req, bonus, mask=live)
+        apply_accept_rule(
+            predict, cand_ptr, cand_stride, cutoff_ptr, correct_ptr, bonus_ptr, trim_ptr, bs, n,
+            BS_BLOCK, N_BLOCK, HAS_CUTOFF,
+        )  # fmt: skip
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
 
 
@@ -224,10 +266,9 @@ def launch_cuda(candidates, logits, cutoff_verify_lens, out) -> None:
     )
 
 
-def accept_greedy_torch(candidates, logits, cutoff_verify_lens=None, out=None):
-    """The same rule in torch ops: the fallback, and the baseline the benchmark times."""
-    bs, n = candidates.shape
-    predict = torch.argmax(logits, dim=-1).view(bs, n)
+def accept_from_predictions_torch(candidates, predict, cutoff_verify_lens=None, out=None):
+    """The accept rule over ``predict`` (int64 ``[bs, n]``, each row's argmax) in torch ops."""
+    n = candidates.shape[1]
     matches = candidates[:, 1:].to(torch.int64) == predict[:, :-1]
     correct = matches.to(torch.int32).cumprod(dim=1).sum(dim=1, dtype=torch.int32)
     capped = correct
@@ -241,6 +282,19 @@ def accept_greedy_torch(candidates, logits, cutoff_verify_lens=None, out=None):
         return capped, bonus, trim
     for dst, src in zip(out, (capped, bonus, trim)):
         dst.copy_(src)
+    return tuple(out)
+
+
+def accept_greedy_torch(candidates, logits, cutoff_verify_lens=None, out=None):
+    """The same rule in torch ops: the fallback, and the baseline the benchmark times."""
+    predict = torch.argmax(logits, dim=-1).view(candidates.shape)
+    return accept_from_predictions_torch(candidates, predict, cutoff_verify_lens, out)
+
+
+def new_outputs(bs: int, device, out=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``out``, or fresh ``(int32 [bs], int64 [bs], int32 [bs])`` tensors on ``device``."""
+    if out is None:
+        return tuple(torch.empty(bs, dtype=dtype, device=device) for _, dtype in OUTPUTS)
     return tuple(out)
 
 
@@ -264,13 +318,7 @@ def accept_greedy(
         admission = _plan(candidates, logits, cutoff_verify_lens)
     if not admission:
         return accept_greedy_torch(candidates, logits, cutoff_verify_lens, out)
-    if out is None:
-        bs, device = candidates.shape[0], logits.device
-        out = (
-            torch.empty(bs, dtype=torch.int32, device=device),
-            torch.empty(bs, dtype=torch.int64, device=device),
-            torch.empty(bs, dtype=torch.int32, device=device),
-        )
+    out = new_outputs(candidates.shape[0], logits.device, out)
     if admission.kernel == CUDA_CLUSTER:
         launch_cuda(candidates, logits, cutoff_verify_lens, out)
     else:

@@ -11,8 +11,10 @@ logits (SGLang 0.5.23 ``dspark_accept.accept_greedy``'s rule over ``torch.argmax
 included): ``correct_len[b]`` counts the leading ``k`` with ``candidates[b, k + 1] ==
 predict[b, k]``; with ``cutoff_verify_lens`` it is capped at ``verify_lens - 1``,
 ``cap_trim_lens`` is what the cap removed and the bonus ``predict[b, correct_len[b]]`` is read
-at the capped index (a negative one wraps, as Python indexing does). Outputs: int32, int64,
-int32, each ``[bs]``. Graph capture and workspace as in :mod:`.sharded_row_argmax`.
+at the capped index (a negative one wraps, as Python indexing does); out-of-range verify
+lengths as :data:`.accept_greedy.VERIFY_LENS_RULE` says. The rule is the one-GPU accept's
+(:func:`.accept_greedy.apply_accept_rule` and its torch twin). Outputs: int32, int64, int32,
+each ``[bs]``. Graph capture and workspace as in :mod:`.sharded_row_argmax`.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, check_tensor, invalid, refuse
-from dsv41_kernels.ops.speculative.accept_greedy import INDEX_DTYPES, MAX_DRAFT_ROWS
+from dsv41_kernels.admission import Admission, invalid
+from dsv41_kernels.ops.speculative.accept_greedy import (
+    accept_from_predictions_torch,
+    apply_accept_rule,
+    new_outputs,
+    refuse_accept_layout,
+    validate_accept_arguments,
+)
 from dsv41_kernels.ops.speculative.argmax_reduction import decode_index
 from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     admit_keys,
@@ -33,41 +41,8 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     validate_shard,
 )
 
-OUTPUTS = (
-    ("out[0] (correct_len)", torch.int32),
-    ("out[1] (bonus)", torch.int64),
-    ("out[2] (cap_trim_lens)", torch.int32),
-)
-
-
-def validate_accept_arguments(candidates, rows: int, cutoff_verify_lens, out, device) -> None:
-    """Raise naming the argument unless ``candidates``, ``cutoff_verify_lens`` and ``out`` fit
-    ``rows`` verify rows on ``device``."""
-    bs, n = candidates.shape
-    if n == 0:
-        raise ValueError(f"candidates has empty rows: {tuple(candidates.shape)}")
-    if rows != bs * n:
-        raise ValueError(
-            f"the logits must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), "
-            f"got {rows}"
-        )
-    if cutoff_verify_lens is not None:
-        check_tensor("cutoff_verify_lens", cutoff_verify_lens, dtypes=INDEX_DTYPES, ndim=1)
-        if cutoff_verify_lens.shape[0] != bs:
-            raise ValueError(
-                f"cutoff_verify_lens must have shape [{bs}], got {tuple(cutoff_verify_lens.shape)}"
-            )
-    if out is not None:
-        if len(out) != len(OUTPUTS):
-            raise ValueError("out must be (correct_len, bonus, cap_trim_lens)")
-        for (name, dtype), t in zip(OUTPUTS, out):
-            check_tensor(name, t, dtypes=(dtype,), ndim=1)
-            if t.shape[0] != bs or t.device != device or not t.is_contiguous():
-                raise ValueError(f"{name} must be contiguous [{bs}] on {device}")
-
 
 def _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out) -> int:
-    check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
     validate_shard(local_logits, vocab_start)
     world = validate_group(group)
     rows = local_logits.shape[0]
@@ -82,18 +57,8 @@ def _plan(candidates, device_tensor: torch.Tensor, cutoff_verify_lens) -> Admiss
     keys = admit_keys(device_tensor, bs * n)
     if not keys:
         return keys
-    device = device_tensor.device
-    if candidates.device != device:
-        return refuse(f"candidates on {candidates.device}, the logits on {device}")
-    if candidates.stride(1) != 1:
-        return refuse("candidates last-dim stride != 1")
-    if n > MAX_DRAFT_ROWS:
-        return refuse(f"{n} verify rows per request > {MAX_DRAFT_ROWS}")
-    if cutoff_verify_lens is not None and (
-        cutoff_verify_lens.device != device or not cutoff_verify_lens.is_contiguous()
-    ):
-        return refuse("cutoff_verify_lens not contiguous on the logits' device")
-    return keys
+    refusal = refuse_accept_layout(candidates, device_tensor.device, cutoff_verify_lens)
+    return keys if refusal is None else refusal
 
 
 def sharded_accept_greedy_admission(
@@ -139,46 +104,10 @@ def accept_from_keys_kernel(
     for rank in range(world):
         keys = tl.load(gathered_ptr + rank * rows + b * n + k, mask=here, other=-(2**63))
         best = tl.maximum(best, keys)
-    predict = decode_index(best)
-    # The first k whose draft candidates[b, k + 1] differs from predict[b, k] is the accepted
-    # length; position n - 1 has no draft after it and always stops.
-    draft = tl.load(cand_ptr + b * cand_stride + k + 1, mask=here & (k < n - 1), other=0)
-    stop = (k >= n - 1) | (draft.to(tl.int64) != predict)
-    accepted = tl.min(tl.where(stop, k, N_BLOCK), axis=1)
-    req = tl.arange(0, BS_BLOCK)
-    live = req < bs
-    capped = accepted
-    if HAS_CUTOFF:
-        limit = tl.load(cutoff_ptr + req, mask=live, other=1).to(tl.int32) - 1
-        capped = tl.minimum(accepted, limit)
-    tl.store(correct_ptr + req, capped.to(tl.int32), mask=live)
-    tl.store(trim_ptr + req, (accepted - capped).to(tl.int32), mask=live)
-    at = tl.where(capped < 0, capped + n, capped)  # Python indexing wraps a negative index
-    tl.store(bonus_ptr + req, tl.sum(tl.where(k == at[:, None], predict, 0), axis=1), mask=live)
-
-
-def accept_from_predictions_torch(candidates, predict, cutoff_verify_lens, out):
-    """The accept rule over ``predict`` ``[bs, n]`` in torch ops (the fallback)."""
-    n = candidates.shape[1]
-    matches = candidates[:, 1:].to(torch.int64) == predict[:, :-1]
-    accepted = matches.to(torch.int32).cumprod(dim=1).sum(dim=1, dtype=torch.int32)
-    capped = accepted
-    if cutoff_verify_lens is not None:
-        capped = torch.minimum(accepted, cutoff_verify_lens.to(torch.int32) - 1)
-    at = torch.where(capped < 0, capped + n, capped).to(torch.int64)
-    results = (capped, predict.gather(1, at[:, None]).squeeze(1), accepted - capped)
-    if out is None:
-        return results
-    for dst, src in zip(out, results):
-        dst.copy_(src)
-    return tuple(out)
-
-
-def outputs(bs: int, device, out) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``out``, or fresh ``(int32 [bs], int64 [bs], int32 [bs])`` tensors."""
-    if out is None:
-        return tuple(torch.empty(bs, dtype=dtype, device=device) for _, dtype in OUTPUTS)
-    return tuple(out)
+    apply_accept_rule(
+        decode_index(best), cand_ptr, cand_stride, cutoff_ptr, correct_ptr, bonus_ptr, trim_ptr,
+        bs, n, BS_BLOCK, N_BLOCK, HAS_CUTOFF,
+    )  # fmt: skip
 
 
 def accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admission: Admission):
@@ -188,7 +117,7 @@ def accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admissi
     if not admission:
         predict = decode_keys_torch(gathered.amax(dim=0)).view(bs, n)
         return accept_from_predictions_torch(candidates, predict, cutoff_verify_lens, out)
-    correct, bonus, trim = out = outputs(bs, gathered.device, out)
+    correct, bonus, trim = out = new_outputs(bs, gathered.device, out)
     has_cutoff = cutoff_verify_lens is not None
     accept_from_keys_kernel[(1,)](
         gathered,
@@ -220,13 +149,12 @@ def accept_from_keys(
     (int64 ``[world, bs * n]``, contiguous): the second half of :func:`sharded_accept_greedy`,
     for callers that gather the keys themselves."""
     validate_gathered(gathered_keys)
-    check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
     device = gathered_keys.device
     validate_accept_arguments(candidates, gathered_keys.shape[1], cutoff_verify_lens, out, device)
     if admission is None:
         admission = _plan(candidates, gathered_keys, cutoff_verify_lens)
     if candidates.shape[0] == 0:
-        return outputs(0, device, out)
+        return new_outputs(0, device, out)
     return accept_from_keys_into(candidates, gathered_keys, cutoff_verify_lens, out, admission)
 
 
@@ -244,15 +172,16 @@ def sharded_accept_greedy(
     columns ``vocab_start .. vocab_start + w - 1`` of the verify logits, ``local_logits
     [bs * n, w]``; the same on every rank of ``group`` (a ``torch.distributed`` ProcessGroup).
 
-    ``cutoff_verify_lens`` (int ``[bs]``, optional) caps the accepted length per request (each
-    ``>= 1``). ``out``, a preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is written in
-    place. ``admission``: this call's :func:`sharded_accept_greedy_admission`, when the caller
-    already made it.
+    ``cutoff_verify_lens`` (int ``[bs]``, optional) caps the accepted length per request
+    (SGLang's are ``1..n``; any other value as :data:`.accept_greedy.VERIFY_LENS_RULE` says).
+    ``out``, a preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is written in place.
+    ``admission``: this call's :func:`sharded_accept_greedy_admission`, when the caller already
+    made it.
     """
     world = _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out)
     if admission is None:
         admission = _plan(candidates, local_logits, cutoff_verify_lens)
     if candidates.shape[0] == 0:
-        return outputs(0, local_logits.device, out)
+        return new_outputs(0, local_logits.device, out)
     gathered = gather_keys(local_logits, vocab_start, group, world, admission)
     return accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admission)
