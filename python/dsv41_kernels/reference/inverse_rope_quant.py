@@ -56,8 +56,9 @@ RCP_APPROX_STEPS = {
 """The bf16 significands (the 7-bit fraction field) where ``rcp.approx.ftz.f32`` is not the
 correctly rounded reciprocal, and its step from it in ulps: there it returns the other
 neighbour of the exact value (a faithful rounding). Measured on the H200 at the exponents
--30, 0, 8 and 60, the same 20 fields at each (docs/results/h200/final/pb,
-``test_gpu_reciprocal_model_holds_on_every_amax``)."""
+-30, 0, 8 and 60 (docs/results/h200/final/pb), then held against the hardware at -33, -30, -1,
+0, 1, 8, 60 and 125 (docs/results/h200/wo_a_fix): the same 20 fields at each
+(``test_gpu_reciprocal_model_holds_on_every_amax``)."""
 
 
 def _f32(bits: int, device) -> torch.Tensor:

@@ -180,7 +180,8 @@ def _e4m3_pair_codes(high, low, HW: tl.constexpr):
     """``(e4m3(high) << 8) | e4m3(low)`` as int32: one ``cvt.rn.satfinite.e4m3x2.f32``, or its
     emulation. The pair is converted into one 32-bit register because Triton 3.6's float8 cast,
     whose bytes are then taken apart with 16-bit moves, is miscompiled by its ptxas for sm_90a:
-    the upper code of each pair was read from the stack pointer's register (0xFC, -384)."""
+    every odd pair's low code (x_r's) was read from the stack pointer's register (0xFC, -384),
+    a quarter of all bytes."""
     if HW:
         codes = tl.inline_asm_elementwise(
             "{ .reg .b16 t; cvt.rn.satfinite.e4m3x2.f32 t, $1, $2; cvt.u32.u16 $0, t; }",
