@@ -7,7 +7,7 @@
 #
 # .sglang_env/     real wheels + SGLang's source (tar.xz, byte for byte, Rust extensions left out)
 # .sglang_env_tl/  tilelang 0.1.12 + z3-solver 4.15.4.0, repacked (staged in a run of its own)
-# Wheels are taken from SGLANG_ENV_WHEELHOUSE (default /work/sgl_src/whl312) or the cache
+# Wheels are taken from SGLANG_ENV_WHEELHOUSE (a folder of cp312 wheels, optional) or the cache
 # (SGLANG_ENV_CACHE, default ~/.cache/dsv41-kernels/sglang_env), else downloaded from PyPI.
 # Idempotent; fails loudly. What is carried and why: benchmark/sglang_env/README.md.
 set -euo pipefail
@@ -17,7 +17,7 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 PYV="${PYTHON_VERSION:-3.12}"
 TAG="cp${PYV/./}"
 CACHE="${SGLANG_ENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dsv41-kernels/sglang_env}"
-WHEELHOUSE="${SGLANG_ENV_WHEELHOUSE:-/work/sgl_src/whl312}"
+WHEELHOUSE="${SGLANG_ENV_WHEELHOUSE:-}"
 if [[ "$PYV" == 3.12 ]]; then OUT="$ROOT/.sglang_env"; else OUT="$ROOT/.sglang_env_py${PYV/./}"; fi
 TL_OUT="$ROOT/.sglang_env_tl" # tilelang (abi3) and z3 (py3-none) serve every Python
 PY="${PY:-python3}"
@@ -54,6 +54,7 @@ fetch() {
         name="${spec%%==*}"; ver="${spec##*==}"; norm="${name//-/_}"
         found=""
         for dir in "$WHEELHOUSE" "$CACHE/$TAG"; do
+            [[ -n "$dir" ]] || continue
             [[ "$PYV" == 3.12 || "$dir" != "$WHEELHOUSE" ]] || continue
             found="$(ls "$dir"/"$norm"-"$ver"-*.whl 2>/dev/null | grep -E -- "-(py3|$TAG|cp3[0-9]*-abi3|cp38-abi3)" | head -n 1 || true)"
             [[ -n "$found" ]] && break
