@@ -142,7 +142,7 @@ def test_no_prebuilt_module_for_this_arch(stand_in):
     found = jit.find_module("demo", "9.0a")
     assert not found and found.reason == (
         "none prebuilt for sm_90a (only for sm_100a); "
-        "no nvcc to build it (not on PATH, no CUDA_HOME)"
+        "no nvcc to build it (no nvcc on PATH, CUDA_HOME and CUDA_PATH unset)"
     )
 
 
@@ -236,3 +236,20 @@ def test_processes_building_the_same_module_at_once_share_one_build(tmp_path):
     assert results == [[42, jit.BUILT_SOURCE]] * 3
     cache = sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert len(cache) == 2 and cache[1] == cache[0] + ".so"  # the build and its module, no part
+
+
+def test_toolchain_and_cuda_home_follow_one_rule(monkeypatch, tmp_path):
+    """No nvcc on PATH and neither variable set: no toolkit is guessed (a serving image); a
+    toolkit named by CUDA_PATH alone both builds and is used."""
+    pytest.importorskip("tvm_ffi.cpp")
+    for name in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(jit.shutil, "which", lambda name: None)
+    jit.toolchain_available.cache_clear()
+    try:
+        assert jit.cuda_home() is None and not jit.toolchain_available()
+        monkeypatch.setenv("CUDA_PATH", str(tmp_path))
+        jit.toolchain_available.cache_clear()
+        assert jit.cuda_home() == str(tmp_path) and jit.toolchain_available()
+    finally:
+        jit.toolchain_available.cache_clear()

@@ -117,29 +117,34 @@ def module_file(name: str, digest: str) -> str:
 
 
 def cuda_home() -> str | None:
-    """``CUDA_HOME`` (or ``CUDA_PATH``), else the toolkit of the ``nvcc`` on PATH, else
-    ``/usr/local/cuda``. tvm-ffi's own guess, nvcc's grandparent, misses the toolkit when
-    that ``nvcc`` is a wrapper script outside it."""
+    """``CUDA_HOME`` (or ``CUDA_PATH``); else, for the ``nvcc`` on PATH, its toolkit, or
+    ``/usr/local/cuda`` when that ``nvcc`` is a wrapper script outside it (tvm-ffi's own guess,
+    nvcc's grandparent, misses it then); else None: no toolkit is looked for without an nvcc
+    on PATH, the rule :func:`toolchain_available` states."""
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home:
         return home
     nvcc = shutil.which("nvcc")
-    candidates = [Path(nvcc).resolve().parents[1]] if nvcc else []
-    candidates.append(Path("/usr/local/cuda"))
-    for candidate in candidates:
+    if nvcc is None:
+        return None
+    for candidate in (Path(nvcc).resolve().parents[1], Path("/usr/local/cuda")):
         if (candidate / "bin" / "nvcc").is_file() and (candidate / "lib64").is_dir():
             return str(candidate)
     return None
 
 
+NO_TOOLCHAIN = "no nvcc on PATH, CUDA_HOME and CUDA_PATH unset"
+
+
 @functools.cache
 def toolchain_available() -> bool:
-    """Whether CUDA sources can be built here: nvcc (or CUDA_HOME) and apache-tvm-ffi."""
+    """Whether CUDA sources can be built here: apache-tvm-ffi, and nvcc on PATH or a toolkit
+    named by CUDA_HOME / CUDA_PATH (the variables :func:`cuda_home` reads)."""
     try:
         import tvm_ffi.cpp  # noqa: F401
     except ImportError:
         return False
-    return shutil.which("nvcc") is not None or bool(os.environ.get("CUDA_HOME"))
+    return shutil.which("nvcc") is not None or cuda_home() is not None
 
 
 @contextlib.contextmanager
@@ -251,7 +256,7 @@ def find_module(name: str, arch: str) -> ModuleAvailability:
         return ModuleAvailability(True, f"{why}; just-in-time cache", CACHED_SOURCE)
     if toolchain_available():
         return ModuleAvailability(True, f"{why}; built on first use", BUILT_SOURCE)
-    return ModuleAvailability(False, f"{why}; no nvcc to build it (not on PATH, no CUDA_HOME)")
+    return ModuleAvailability(False, f"{why}; no nvcc to build it ({NO_TOOLCHAIN})")
 
 
 @functools.cache
@@ -328,8 +333,8 @@ def load_module(name: str, device_index: int = 0):
     if not toolchain_available():
         raise RuntimeError(
             f"dsv41_kernels: no CUDA module {name!r} for {sm_name(arch)} ({'; '.join(failures)}), "
-            "and building it needs nvcc: none is on PATH and CUDA_HOME is unset. Install the "
-            "CUDA toolkit, a wheel with prebuilt modules, or use the torch fallback."
+            f"and building it needs nvcc ({NO_TOOLCHAIN}). Install the CUDA toolkit, a wheel "
+            "with prebuilt modules, or use the torch fallback."
         )
     built = build_module(name, arch, CACHE / cached.stem)
     _publish(built, cached)
