@@ -29,10 +29,6 @@ inline bool is_dtype(const tvm::ffi::TensorView& t, uint8_t code, uint8_t bits) 
   return t.dtype().code == code && t.dtype().bits == bits && t.dtype().lanes == 1;
 }
 
-inline bool on_cuda_device(const tvm::ffi::TensorView& t, int device) {
-  return t.device().device_type == kDLCUDA && t.device().device_id == device;
-}
-
 // A scalar dtype a check accepts; kAnyCode: any type of that width (e4m3 data seen as bytes).
 struct DType {
   uint8_t code;
