@@ -260,11 +260,17 @@ def find_module(name: str, arch: str) -> ModuleAvailability:
 
 
 @functools.cache
-def device_arch(device_index: int) -> str:
-    """The arch string (:func:`arch_name`) of a CUDA device."""
+def device_capability(device_index: int) -> tuple[int, int]:
+    """A CUDA device's compute capability (cached: admissions ask on every call)."""
     import torch
 
-    return arch_name(torch.cuda.get_device_capability(device_index))
+    return torch.cuda.get_device_capability(device_index)
+
+
+@functools.cache
+def device_arch(device_index: int) -> str:
+    """The arch string (:func:`arch_name`) of a CUDA device."""
+    return arch_name(device_capability(device_index))
 
 
 @functools.cache

@@ -22,6 +22,7 @@ import torch
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, admit, refuse
+from dsv41_kernels.jit import sm_major
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
     DecodingSchedConfig,
     decoding_sched_meta,
@@ -46,7 +47,7 @@ def sched_admission(q: torch.Tensor, topk_length, extra_topk_length) -> Admissio
         return refuse("not a CUDA device")
     if q.dim() != 4:
         return refuse(f"q is {q.dim()}-D, expected [b, s_q, h_q, d_qk]")
-    major = torch.cuda.get_device_capability(q.device)[0]
+    major = sm_major(q.device.index)
     if major not in SUPPORTED_ARCH_MAJORS:
         return refuse(f"SM{major}x: FlashMLA's sparse decode scheduler is SM90/SM100")
     if q.shape[2] not in SUPPORTED_HEADS or q.shape[3] not in (512, 576):

@@ -47,6 +47,8 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.interpreter import serialized
+from dsv41_kernels.jit import device_capability
 from dsv41_kernels.ops.quantization.mxfp8_encode import e4m3_rne_satfinite
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -141,7 +143,7 @@ def _plan(o: torch.Tensor) -> Admission:
     where = triton_device(o)
     if not where:
         return where
-    if o.is_cuda and (torch.version.hip or torch.cuda.get_device_capability(o.device) < (8, 9)):
+    if o.is_cuda and (torch.version.hip or device_capability(o.device.index) < (8, 9)):
         return refuse("needs an NVIDIA GPU with e4m3 conversions (sm_89+): the kernel's are PTX")
     if not _pair_words(o):
         return refuse("o is not read as pairs of rows apart (last stride 1, even strides)")
@@ -305,28 +307,29 @@ def launch(o, freqs_cis, positions, codes, scales, *, group_size: int, rotate_o:
     block_groups = min(triton.next_power_of_2(groups_per_token), VALUES_PER_PROGRAM // group_size)
     words = o.view(torch.int32)
     table = freqs_cis.view(torch.int64)
-    inverse_rope_quant_fp8_kernel[(tokens * triton.cdiv(groups_per_token, block_groups),)](
-        words,
-        table,
-        positions,
-        codes.view(torch.int16),
-        scales,
-        table.shape[0],
-        words.stride(0),
-        words.stride(1),
-        positions.stride(0),
-        table.stride(0),
-        table.stride(1),
-        HEAD_DIM=head_dim,
-        ROPE_DIM=2 * freqs_cis.shape[1],
-        GROUP_SIZE=group_size,
-        GROUPS_PER_TOKEN=groups_per_token,
-        BLOCK_GROUPS=block_groups,
-        ROTATE_O=rotate_o,
-        HW=o.is_cuda,
-        num_warps=4,
-        enable_fp_fusion=False,  # the one fused multiply-add per rotated value is explicit
-    )
+    with serialized():
+        inverse_rope_quant_fp8_kernel[(tokens * triton.cdiv(groups_per_token, block_groups),)](
+            words,
+            table,
+            positions,
+            codes.view(torch.int16),
+            scales,
+            table.shape[0],
+            words.stride(0),
+            words.stride(1),
+            positions.stride(0),
+            table.stride(0),
+            table.stride(1),
+            HEAD_DIM=head_dim,
+            ROPE_DIM=2 * freqs_cis.shape[1],
+            GROUP_SIZE=group_size,
+            GROUPS_PER_TOKEN=groups_per_token,
+            BLOCK_GROUPS=block_groups,
+            ROTATE_O=rotate_o,
+            HW=o.is_cuda,
+            num_warps=4,
+            enable_fp_fusion=False,  # the one fused multiply-add per rotated value is explicit
+        )
 
 
 def inverse_rope_quant_fp8(

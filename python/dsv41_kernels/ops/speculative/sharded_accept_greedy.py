@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, invalid
+from dsv41_kernels.interpreter import serialized
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_from_predictions_torch,
     apply_accept_rule,
@@ -119,21 +120,22 @@ def accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admissi
         return accept_from_predictions_torch(candidates, predict, cutoff_verify_lens, out)
     correct, bonus, trim = out = new_outputs(bs, gathered.device, out)
     has_cutoff = cutoff_verify_lens is not None
-    accept_from_keys_kernel[(1,)](
-        gathered,
-        gathered.shape[0],
-        candidates,
-        candidates.stride(0),
-        cutoff_verify_lens if has_cutoff else correct,  # never read without a cutoff
-        correct,
-        bonus,
-        trim,
-        bs,
-        n,
-        BS_BLOCK=triton.next_power_of_2(bs),
-        N_BLOCK=max(2, triton.next_power_of_2(n)),
-        HAS_CUTOFF=has_cutoff,
-    )
+    with serialized():
+        accept_from_keys_kernel[(1,)](
+            gathered,
+            gathered.shape[0],
+            candidates,
+            candidates.stride(0),
+            cutoff_verify_lens if has_cutoff else correct,  # never read without a cutoff
+            correct,
+            bonus,
+            trim,
+            bs,
+            n,
+            BS_BLOCK=triton.next_power_of_2(bs),
+            N_BLOCK=max(2, triton.next_power_of_2(n)),
+            HAS_CUTOFF=has_cutoff,
+        )
     return tuple(out)
 
 

@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.interpreter import serialized
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     EMPTY_SLOT,
     MAX_ROWS,
@@ -197,11 +198,11 @@ def workspace(device: torch.device, world: int) -> tuple[torch.Tensor, torch.Ten
     [MAX_ROWS] each), and the gathered keys of ``world`` ranks (int64 [world * MAX_ROWS]); see
     :class:`dsv41_kernels.workspace.StreamWorkspace` (made before capture)."""
     index, keys = _SCRATCH.get(device)
-    gathered_of = _GATHERED.setdefault(
-        world,
-        StreamWorkspace(f"sharded_row_argmax x{world}", Buffer(world * MAX_ROWS, torch.int64, 0)),
-    )
-    (gathered,) = gathered_of.get(device)
+    if world not in _GATHERED:
+        _GATHERED[world] = StreamWorkspace(
+            f"sharded_row_argmax x{world}", Buffer(world * MAX_ROWS, torch.int64, 0)
+        )
+    (gathered,) = _GATHERED[world].get(device)
     return index, keys, gathered
 
 
@@ -228,16 +229,17 @@ def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -
     row_argmax(local_logits, out=index)
     if not admission:
         return shard_keys_torch(local_logits, index, vocab_start, keys)
-    shard_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
-        local_logits,
-        local_logits.stride(0),
-        local_logits.stride(1),
-        index,
-        keys,
-        rows,
-        vocab_start,
-        BLOCK=KEY_BLOCK,
-    )
+    with serialized():
+        shard_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
+            local_logits,
+            local_logits.stride(0),
+            local_logits.stride(1),
+            index,
+            keys,
+            rows,
+            vocab_start,
+            BLOCK=KEY_BLOCK,
+        )
     return keys
 
 
@@ -262,7 +264,7 @@ def shard_keys(
         admission = admit_keys(local_logits, rows)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=device)
-    index, _, _ = scratch(device, rows, 1, admission)
+    index = _SCRATCH.get(device)[0][:rows] if admission else torch.empty_like(out)
     return compute_keys(local_logits, vocab_start, index, out, admission)
 
 
@@ -272,7 +274,10 @@ def merge_into(gathered: torch.Tensor, out: torch.Tensor, admission: Admission) 
         return out
     if not admission:
         return out.copy_(decode_keys_torch(gathered.amax(dim=0)))
-    merge_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](gathered, world, rows, out, BLOCK=KEY_BLOCK)
+    with serialized():
+        merge_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
+            gathered, world, rows, out, BLOCK=KEY_BLOCK
+        )
     return out
 
 
