@@ -197,15 +197,6 @@ def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
     return layer
 
 
-def stats_error(ours, ref) -> float:
-    """The mixing statistics' error against float64: max over pre, post and comb of
-    ``max|o - r| / max|r|``."""
-    return max(
-        ((o.double() - r).abs().max() / r.abs().max()).item()
-        for o, r in zip(ours, ref, strict=True)
-    )
-
-
 def sm90_mix_stats_branch(rows: int) -> str:
     """What SGLang 0.5.23's ``_mix_stats_impl`` runs on SM90 with the bf16 parts built."""
     if rows == 1:
@@ -442,10 +433,11 @@ def sglang_decode(flashmla, step: Step, metadata, *, ours: bool):
 
 # ---- 6. the attention output on the way to the FP8 wo_a (Hopper) ------------------------------
 
+ROPE_HOOK = "wo_a.fused_rope_inplace"  # the wo_a hooks' fire-count keys
+QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
 V41_HEADS = 64
 V41_O_GROUPS = 8
 V41_O_LORA_RANK = 1024
-WO_A_KERNEL_HEADS = 64  # MqaAttentionBase._kernel_num_heads at TP > 1: FlashMLA's padded width
 V41_ROPE = dict(dim=64, seqlen=65536, original_seq_len=0, base=10000, factor=1.0, beta_fast=32,
                 beta_slow=1)  # fmt: skip
 """``precompute_freqs_cis`` arguments of a pure-SWA layer (compress ratio 0) with
@@ -480,13 +472,14 @@ def attention_output(layer, tokens: int, *, seed: int, padded: bool | None = Non
     output path (``o[:, tp_slice, :]``, deepseek_v4.py:2904): a slice of the 64-head padded
     buffer when ``padded`` (default: as ``_kernel_num_heads`` pads, at TP > 1), with random
     positions into the layer's table. Returns ``(o, positions)`` on the table's device."""
+    from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS
     from dsv41_kernels.cases.inverse_rope_quant_fp8 import attention_output as make
 
     heads = layer.n_local_heads
-    padded = heads < WO_A_KERNEL_HEADS if padded is None else padded
+    padded = heads < KERNEL_HEADS if padded is None else padded
     call = make(
         tokens, heads, o_groups=layer.n_local_groups, seed=seed, freqs_cis=layer.freqs_cis,
-        kernel_heads=WO_A_KERNEL_HEADS if padded else None, device=layer.freqs_cis.device,
+        kernel_heads=KERNEL_HEADS if padded else None, device=layer.freqs_cis.device,
     )  # fmt: skip
     return call.o, call.positions
 

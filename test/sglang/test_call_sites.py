@@ -310,8 +310,7 @@ def test_sched_meta_cpu_is_sglangs(plugin, fired):
 # CPU ours (under the interpreter) is held to the reference statement of them; the GPU tier
 # compares with SGLang's kernels themselves (test_gpu_wo_a.py).
 
-ROPE_HOOK = "wo_a.fused_rope_inplace"
-QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
+ROPE_HOOK, QUANT_HOOK = callers.ROPE_HOOK, callers.QUANT_HOOK
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])

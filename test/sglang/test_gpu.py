@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsv41_kernels.cases.hc_mix_stats import stats_relative_error
 from test.sglang import callers
 
 pytestmark = pytest.mark.gpu
@@ -140,7 +141,7 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     ours = mhc.mix_stats(hc, x)
     assert fired()["mhc._mix_stats_impl"] == {"ours": 1, "sglang": {}}
     ref = reference(x, hc.fn, hc.scale, hc.base, iters=20, eps=1e-6, rms_eps=1e-6)
-    error = callers.stats_error(ours, ref)
+    error = stats_relative_error(ours, ref)
     assert error <= 1e-6, error  # the compensated statistics' bound against float64
     branch = callers.sm90_mix_stats_branch(rows)
     with callers.sglang_functions(mhc):
@@ -148,9 +149,9 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     if why is not None:  # e.g. tilelang absent: the 2-31-row branch
         pytest.skip(f"SGLang's own {branch} does not run here ({why}); ours: error {error:.2e}")
     if branch == "hc_mix_stats_sinkhorn_bf16x3":  # SGLang's compensated path: ours is closer
-        assert error <= callers.stats_error(theirs, ref), f"SGLang's {branch} is closer"
+        assert error <= stats_relative_error(theirs, ref), f"SGLang's {branch} is closer"
     else:  # its fp32 split-K paths: both at fp32 rounding level
-        assert callers.stats_error(theirs, ref) <= 1e-6
+        assert stats_relative_error(theirs, ref) <= 1e-6
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,8 +21,7 @@ from test.sglang import callers
 
 pytestmark = pytest.mark.gpu
 
-ROPE_HOOK = "wo_a.fused_rope_inplace"
-QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
+ROPE_HOOK, QUANT_HOOK = callers.ROPE_HOOK, callers.QUANT_HOOK
 TOKENS = [0, 1, 6, 24, 96, 384]
 
 

@@ -19,10 +19,8 @@ from dsv41_kernels.reference.inverse_rope_quant import (
 # DeepSeek-V4.1 (docs/anchors.md): 64 heads of 448 nope + 64 rope, in 8 output groups.
 OPS = ("inverse_rope_quant_fp8",)
 
-HEADS = 64
 HEAD_DIM = 512
 ROPE_DIM = 64
-O_GROUPS = 8
 KERNEL_HEADS = 64
 """Heads of the attention kernel's output at TP > 1 (FlashMLA pads to 64): ``o`` is a slice."""
 MAX_BF16 = 3.3895313892515355e38

@@ -40,12 +40,10 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.reference.mxfp8 import E4M3_MAX, e4m3_rne_satfinite
+from dsv41_kernels.reference.mxfp8 import E4M3_MAX, RCP_448_BITS, e4m3_rne_satfinite
 
 AMAX_FLOOR_BITS = 0x2EDBE6FF
 """``fp32(1e-10)``, the quantizer's floor on a group's maximum."""
-RCP_448_BITS = 0x3B124925
-"""``RN(1/448)`` in fp32, the factor of the stored scale."""
 BF16_CANONICAL_NAN = 0x7FFF
 RCP_FLUSH_ABOVE = 2.0**126
 """Above this the reciprocal is subnormal, which ``rcp.approx.ftz`` flushes to zero."""

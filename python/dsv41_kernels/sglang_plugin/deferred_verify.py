@@ -72,11 +72,6 @@ def deferral_of(processor) -> DeferredVerify | None:
     return _armed.get(id(processor))
 
 
-def disarm_all() -> None:
-    """Forget every deferral (tests)."""
-    _armed.clear()
-
-
 def deferred_shard(logits) -> DeferredVerify | None:
     """The deferral ``logits`` is the verify shard of, if any."""
     for deferred in _armed.values():
