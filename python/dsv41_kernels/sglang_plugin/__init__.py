@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsv41_kernels.sglang_plugin.dispatch import arm_exit_report, failed_hooks, fire_counts
-from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, measured_slower
+from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, measured_slower, switch_names
 
 __all__ = ["fire_counts", "failed_hooks", "register", "status"]
 
@@ -76,7 +76,7 @@ _registered: dict[str, str] | None = None
 
 def disabled_switches(value: str) -> tuple[frozenset[str], tuple[str, ...]]:
     """Parse ``DSV41_KERNELS_DISABLE``: (switches turned off, unknown names given)."""
-    names = {name.strip().lower() for name in value.split(",") if name.strip()}
+    names = switch_names(value)
     if "all" in names:
         return frozenset(SWITCHES), tuple(sorted(names - {"all", *SWITCHES}))
     return frozenset(names & set(SWITCHES)), tuple(sorted(names - set(SWITCHES)))

@@ -10,6 +10,7 @@ names) lifts these refusals, for benchmarks and tests that time or check our op 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -79,9 +80,22 @@ NOT_BITWISE = (
 (the same table shape; ``figures`` says what differs)."""
 
 
+@functools.lru_cache(maxsize=16)
+def switch_names(value: str) -> frozenset[str]:
+    """The names in a comma-separated switch list (``DSV41_KERNELS_FORCE``,
+    ``DSV41_KERNELS_DISABLE``), stripped and lower-cased (cached: hooks ask on every call)."""
+    return frozenset(name.strip().lower() for name in value.split(",") if name.strip())
+
+
 def forced(switch: str, environ=os.environ) -> bool:
-    names = {name.strip().lower() for name in environ.get(FORCE_ENV, "").split(",")}
+    names = switch_names(environ.get(FORCE_ENV, ""))
     return switch in names or "all" in names
+
+
+@functools.cache
+def _refusal(entry: SlowerThanSGLang, words: str) -> Admission:
+    """An entry's refusal, made once."""
+    return refuse(f"measured {words} SGLang 0.5.23 here: {entry.figures}")
 
 
 def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
@@ -98,7 +112,7 @@ def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
                 and entry.sm_major in (None, arch)
                 and rows.shape[0] in entry.rows
             ):
-                return refuse(f"measured {words} SGLang 0.5.23 here: {entry.figures}")
+                return _refusal(entry, words)
     return None
 
 
