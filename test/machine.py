@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+import pytest
 import torch
 
 
@@ -50,3 +51,15 @@ def pretend_toolchain(available: bool, setattr_=setattr) -> None:
 def pretend_arch(major: int, setattr_=setattr) -> None:
     """Every module sees CUDA devices of compute capability ``major``."""
     _set_everywhere("sm_major", lambda index: major, setattr_)
+
+
+def _kernels_run_here() -> bool:
+    from dsv41_kernels.admission import triton_interpreter
+
+    return torch.cuda.is_available() or triton_interpreter()
+
+
+needs_kernel = pytest.mark.skipif(not _kernels_run_here(), reason="no Triton device")
+"""For tests of the Triton kernels: they run on a CUDA GPU, or under the interpreter."""
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+"""Where kernel tests put their tensors."""

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.cases.inverse_rope_quant_fp8 import (
     HEAD_DIM,
     KERNEL_HEADS,
@@ -34,10 +33,8 @@ from dsv41_kernels.reference.inverse_rope_quant import (
 )
 from dsv41_kernels.reference.inverse_rope_quant import inverse_rope_quant_fp8 as reference
 from dsv41_kernels.reference.mxfp8 import e4m3_rne_satfinite
+from test.machine import needs_kernel
 
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
 # inf * 0 and NaN arithmetic are part of the contract; numpy (the interpreter) warns about them.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import admit, triton_interpreter
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_combine_norm import (
     beyond_one_bf16_ulp,
@@ -28,10 +28,8 @@ from dsv41_kernels.reference.mhc import bf16_sum_of_squares
 from dsv41_kernels.reference.mhc import hc_combine_norm as reference
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_quantize
 from dsv41_kernels.reference.mxfp8 import scale_buffer_size
+from test.machine import needs_kernel
 
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on inf * 0
 
 EPS = 1e-6

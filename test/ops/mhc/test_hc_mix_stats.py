@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import admit, triton_interpreter
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
     mix_relative_error,
@@ -21,11 +21,7 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
 )
 from dsv41_kernels.reference.mhc import hc_mix_stats as ref_mix_stats
 from dsv41_kernels.reference.mhc import hc_post, hc_pre, hc_sinkhorn
-
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+from test.machine import DEVICE, needs_kernel
 
 
 def bits(t):

@@ -6,16 +6,13 @@ import torch
 
 import dsv41_kernels.reference.moe_router as moe_router
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, check_cases, fp32_ulp_distance
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission, pack_topk
 from dsv41_kernels.reference import vision_topk
+from test.machine import needs_kernel
 
 IMAGE = 129264  # DeepSeek-V4.1's image token id
 
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
 
 ROUTINGS = [
     # top_k, num_shared_slots, renormalize, scale_on_output

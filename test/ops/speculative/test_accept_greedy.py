@@ -2,7 +2,6 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.jit import module_available, sm_major
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy,
@@ -12,13 +11,9 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
 )
 from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER
 from dsv41_kernels.reference import accept_greedy as accept_rule
+from test.machine import DEVICE, needs_kernel
 
 from .logit_cases import random_logits
-
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def make_case(bs, n, vocab, gen, *, dtype=torch.int64):

@@ -2,19 +2,15 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER, TRITON
 from dsv41_kernels.ops.speculative.row_argmax import (
     launch_triton,
     row_argmax,
     row_argmax_admission,
 )
+from test.machine import needs_kernel
 
 from .logit_cases import random_logits, special_rows
-
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
 
 
 def assert_argmax_equal(logits):

@@ -41,13 +41,10 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
 )
 from dsv41_kernels.reference import sharded_accept_greedy as reference_accept
 from dsv41_kernels.reference import sharded_row_argmax as reference_argmax
+from test.machine import DEVICE, needs_kernel
 
 from .logit_cases import NAN, boundary_rows, random_logits, special_rows
 
-needs_kernel = pytest.mark.skipif(
-    not (torch.cuda.is_available() or triton_interpreter()), reason="no Triton device"
-)
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TORCH_PATH = refuse("the torch statement, chosen by the test")
 # NVLink multicast stays off, in this process and in every rank spawned from it.
 NO_MULTICAST = {
