@@ -31,6 +31,8 @@ from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_o
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
+    launch,
+    launch_cuda,
 )
 from dsv41_kernels.reference.inverse_rope_quant import (
     inverse_rope_quant_fp8 as reference_inverse_rope_quant_fp8,
@@ -38,6 +40,10 @@ from dsv41_kernels.reference.inverse_rope_quant import (
 
 LAYERS = 40
 OP = "inverse_rope_quant_fp8"
+SWEEP_BLOCK_GROUPS = (1, 2, 4, 8, 16, 32)
+SWEEP_WARPS = (1, 2, 4, 8)
+"""The Triton kernel's launch shapes in the sweep (groups a program x warps); the CUDA
+kernel's: SWEEP_WARPS warps a CTA, one group a warp."""
 
 
 def sglang_kernels():
@@ -60,13 +66,18 @@ def same_layout(o):
     return torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device).copy_(o)
 
 
-def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
+def bench_call(tokens: int, groups: int, padded: bool):
+    """One shape's inputs (H = 8 G heads, ``o`` padded to 64 heads or dense) and its label."""
     heads = 8 * groups
     call = attention_output(
         tokens, heads, o_groups=groups, seed=tokens * groups, device="cuda",
         kernel_heads=KERNEL_HEADS if padded else None,
     )  # fmt: skip
-    shape = f"T {tokens}, G {groups} ({heads} x 512{' in 64' if padded else ''})"
+    return call, f"T {tokens}, G {groups} ({heads} x 512{' in 64' if padded else ''})"
+
+
+def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
+    call, shape = bench_call(tokens, groups, padded)
     table, positions = call.freqs_cis, call.positions
     work = same_layout(call.o)
     ours = lambda: inverse_rope_quant_fp8(work, table, positions, o_groups=groups, rotate_o=True)
@@ -104,11 +115,50 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
     return [*records, mine]
 
 
+def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
+    """Both our kernels at every launch shape (Triton: groups per program x warps; CUDA: warps a
+    CTA), each checked bitwise against the default launch first: the shape must not change
+    the bits."""
+    call, shape = bench_call(tokens, groups, padded)
+    table, positions = call.freqs_cis, call.positions
+    want_o = same_layout(call.o)
+    want = inverse_rope_quant_fp8(want_o, table, positions, o_groups=groups, rotate_o=True)
+    triton_shapes = [
+        (f"triton {g} groups x {w} warps", g, w)
+        for g in SWEEP_BLOCK_GROUPS
+        for w in SWEEP_WARPS
+        if 32 * w <= g * 64  # at least a pair a thread
+    ]
+    runs = [
+        (arm, lambda o, out, g=g, w=w: launch(
+            o, table, positions, *out, group_size=128, rotate_o=True, block_groups=g, num_warps=w
+        ))
+        for arm, g, w in triton_shapes
+    ] + [
+        (f"cuda {w} warps", lambda o, out, w=w: launch_cuda(
+            o, table, positions, *out, rotate_o=True, warps=w
+        ))
+        for w in SWEEP_WARPS
+    ]  # fmt: skip
+    records = []
+    for arm, run in runs:
+        outputs = tuple(torch.empty_like(t) for t in want)
+        got_o = same_layout(call.o)
+        run(got_o, outputs)
+        exact = bit_mismatches((*outputs, got_o), (*want, want_o)) == 0
+        work = same_layout(call.o)
+        records.append(
+            timed(OP, shape, arm, lambda r=run, o=work, out=outputs: r(o, out), exact=exact)
+        )
+    return records
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--tokens", default="6,24,96,384")
     p.add_argument("--groups", default="2,4,8")
     p.add_argument("--layouts", default="padded,dense", help="o at TP > 1: padded, dense")
+    p.add_argument("--sweep", action="store_true", help="also time our kernel's launch shapes")
     args = p.parse_args()
     records = []
     for tokens in map(int, args.tokens.split(",")):
@@ -117,6 +167,8 @@ def main() -> None:
                 if layout == "padded" and 8 * groups >= KERNEL_HEADS:
                     continue  # TP 1: every head is real, nothing is padded
                 records += measure(tokens, groups, layout == "padded")
+                if args.sweep:
+                    records += sweep(tokens, groups, layout == "padded")
     report(records, args.json, baseline=SGLANG_ARM)
 
 

@@ -43,8 +43,9 @@
 // 128-row tile that belong to rows >= m; the last CTA of each row cluster writes the row's
 // padding columns [H/32, rup(H/32, 4)).
 //
-// Launch: grid (m·C + padding CTAs), cluster (C, 1, 1), on tvm-ffi's stream for x's device; no
-// allocation, no host sync (CUDA-graph capturable).
+// Launch: grid (m·C + padding CTAs), cluster (C, 1, 1), a programmatic dependent launch (as
+// SGLang's own kernels on Hopper; every CTA waits for the previous kernel before its first global
+// access), on tvm-ffi's stream for x's device; no allocation, no host sync (CUDA-graph capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -210,7 +211,8 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
   __shared__ float slots[kMaxSlots];
   __shared__ alignas(8) uint64_t arrived;  // the exchange's mbarrier (C > 1)
   const int cluster = static_cast<int>(blockIdx.x) / C;
-  if (cluster >= p.rows) {  // a padding CTA (only launched with QUANTIZE)
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (cluster >= p.rows) {   // a padding CTA (only launched with QUANTIZE)
     if constexpr (QUANTIZE) zero_padding_rows(p, blockIdx.x - static_cast<unsigned>(p.rows * C));
     return;
   }
@@ -452,7 +454,7 @@ void launch(const Params& p, int threads, cudaStream_t stream) {
       QUANTIZE && p.rows % 128 != 0 ? ((words + per_cta - 1) / per_cta + C - 1) / C * C : 0;
   launch_in_clusters("hc_combine_norm", hc_combine_norm_kernel<C, ITEMS, QUANTIZE>,
                      dim3(static_cast<unsigned>(p.rows * C + pad_ctas)),
-                     dim3(static_cast<unsigned>(threads)), C, stream, p);
+                     dim3(static_cast<unsigned>(threads)), C, /*dependent=*/true, stream, p);
 }
 
 template <int C, bool QUANTIZE>

@@ -336,8 +336,9 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
     set_attribute_at_least<kernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(
         1, logits.device().device_id, "row_argmax");
   }
-  launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster, stream,
-                     data_as<const T>(logits), logits.stride(0), vocab, out, a);
+  launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster,
+                     /*dependent=*/false, stream, data_as<const T>(logits), logits.stride(0), vocab,
+                     out, a);
 }
 
 // The fewest items per thread that keep the cluster within kMaxCluster CTAs.

@@ -4,8 +4,11 @@ A hook that loses to SGLang's own function on a GPU declines there, with the mea
 its reason, until a benchmark shows it winning (``benchmark/``, quoted in
 ``docs/performance.md``). Each entry names the switch, the GPU architecture (compute
 capability major; ``None``: every architecture, because no measurement shows a win anywhere),
-the row range it covers and the figures. ``DSV41_KERNELS_FORCE`` (comma-separated switch
-names) lifts these refusals, for benchmarks and tests that time or check our op in place.
+the row range it covers (and, where the call site's second dimension decides too, its range)
+and the figures. Between two measured row counts, one a win and one a loss, an entry starts
+right after the win: a hook stays off where no measurement shows it winning.
+``DSV41_KERNELS_FORCE`` (comma-separated switch names) lifts these refusals, for benchmarks and
+tests that time or check our op in place.
 """
 
 from __future__ import annotations
@@ -28,9 +31,12 @@ class SlowerThanSGLang:
     sm_major: int | None  # None: every architecture
     rows: range  # row counts (tokens) the measurement covers
     figures: str
+    columns: range | None = None  # sizes of the second dimension it covers (None: any)
 
 
 CALL_SITES = "benchmark/call_sites.py, docs/results/h200-2026-12-01"
+CALL_SITES_PDL = "benchmark/call_sites.py, docs/results/h200/session4"
+"""The call-site run after the CUDA kernels of combine and wo_a became dependent launches."""
 SLOWER = (
     SlowerThanSGLang(
         "router",
@@ -51,33 +57,30 @@ SLOWER = (
     SlowerThanSGLang(
         "combine",
         9,
-        range(65, 97),
-        f"SGLang's fused hc_combine_norm: 2.91 us against our 2.93 at 96 rows on the H200 "
-        f"({CALL_SITES}); ours wins up to 64",
-    ),
-    SlowerThanSGLang(
-        "combine",
-        9,
         range(4096, 1 << 31),
-        "SGLang's fused hc_combine_norm is faster from 4096 rows on the H200 (51.98 / 193.7 / "
-        f"761.4 us against our 54.38 / 207.3 / 812.0 at 4096 / 16384 / 65536; {CALL_SITES})",
+        "SGLang's fused hc_combine_norm is faster from 4096 rows on the H200 (51.39 / 97.88 / "
+        "192.3 / 753.2 us against our 53.66 / 104.3 / 206.2 / 818.0 at 4096 / 8192 / 16384 / "
+        f"65536; {CALL_SITES_PDL}); ours wins up to 96 rows (2.61 against 2.86 us at 96)",
     ),
-)
-
-
-NOT_BITWISE = (
     SlowerThanSGLang(
         "wo_a",
         9,
-        range(0, 1 << 31),
-        "inverse_rope_quant_fp8 has not yet passed its GPU tests against SGLang's two kernels: "
-        "on the H200 its e4m3 bytes differed in a quarter of the values, then (after the fix of "
-        "that and of the reciprocal's model) in 2 of 8192, a -0 rotated to +0, fixed since but "
-        "not yet run there (docs/performance.md, docs/results/h200/wo_a_fix)",
+        range(25, 1 << 31),
+        "SGLang's RoPE + group quantizer chain is faster at TP 1 (64 local heads) from 96 tokens "
+        "on the H200 (4.87 / 14.67 us against our 5.14 / 16.91 at T = 96 / 384; "
+        f"{CALL_SITES_PDL}); ours wins up to 24 (1.46 against 2.08 us at T = 6)",
+        columns=range(33, 1 << 31),
+    ),
+    SlowerThanSGLang(
+        "wo_a",
+        9,
+        range(97, 1 << 31),
+        "SGLang's RoPE + group quantizer chain is faster at TP 2 / 4 (32 / 16 local heads) at "
+        "384 tokens on the H200 (21.00 / 11.88 us against our 21.93 / 12.15; "
+        f"{CALL_SITES_PDL}); ours wins up to 96 (7.91 against 8.15 / 5.57 against 6.16 us)",
+        columns=range(0, 33),
     ),
 )
-"""Where our op measured not bitwise equal to SGLang's own function: the hook declines there
-(the same table shape; ``figures`` says what differs)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -93,30 +96,30 @@ def forced(switch: str, environ=os.environ) -> bool:
 
 
 @functools.cache
-def _refusal(entry: SlowerThanSGLang, words: str) -> Admission:
+def _refusal(entry: SlowerThanSGLang) -> Admission:
     """An entry's refusal, made once."""
-    return refuse(f"measured {words} SGLang 0.5.23 here: {entry.figures}")
+    return refuse(f"measured slower than SGLang 0.5.23 here: {entry.figures}")
 
 
 def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
     """The refusal where ``switch`` measured slower than SGLang's own function for ``rows``
-    (its leading dimension is the row count; its device, the GPU), or not bitwise equal to it,
-    else None."""
+    (its leading dimension is the row count, its second the columns an entry may name; its
+    device, the GPU), else None."""
     if forced(switch):
         return None
     arch = sm_major(rows.device.index) if rows.is_cuda else None
-    for table, words in ((NOT_BITWISE, "not bitwise equal to"), (SLOWER, "slower than")):
-        for entry in table:
-            if (
-                entry.switch == switch
-                and entry.sm_major in (None, arch)
-                and rows.shape[0] in entry.rows
-            ):
-                return _refusal(entry, words)
+    for entry in SLOWER:
+        if (
+            entry.switch == switch
+            and entry.sm_major in (None, arch)
+            and rows.shape[0] in entry.rows
+            and (entry.columns is None or rows.shape[1] in entry.columns)
+        ):
+            return _refusal(entry)
     return None
 
 
 def measured_slower(switch: str) -> bool:
-    """Whether ``switch`` declines somewhere because it measured slower than SGLang or not
-    bitwise equal to it (and is not forced)."""
-    return not forced(switch) and any(e.switch == switch for e in (*NOT_BITWISE, *SLOWER))
+    """Whether ``switch`` declines somewhere because it measured slower than SGLang (and is not
+    forced)."""
+    return not forced(switch) and any(e.switch == switch for e in SLOWER)

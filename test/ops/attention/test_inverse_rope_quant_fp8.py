@@ -1,6 +1,7 @@
 """Inverse RoPE + FP8 group quantization: the reference against hand-worked values and exact
 arithmetic, the Triton kernel against the reference bit for bit (the interpreter on CPU, the
-GPU in the gpu tier). The comparison with SGLang's own two kernels is ``test/sglang``'s."""
+GPU in the gpu tier), the CUDA kernel's admission on CPU and its bits in the gpu tier. The
+comparison with SGLang's own two kernels is ``test/sglang``'s."""
 
 from fractions import Fraction
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.inverse_rope_quant_fp8 import (
     HEAD_DIM,
     KERNEL_HEADS,
@@ -17,9 +19,14 @@ from dsv41_kernels.cases.inverse_rope_quant_fp8 import (
     check_cases,
     rope_table,
 )
+from dsv41_kernels.ops.attention import inverse_rope_quant_fp8 as op
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
+    CUDA,
+    TRITON,
+    _cuda_fits,
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
+    launch_cuda,
 )
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -54,12 +61,14 @@ def bits_of(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def run_both(call: AttentionOutput, *, group_size=128, rotate_o=True):
-    """(ours, the reference's) on the same inputs: (codes, scales, o after the call)."""
+def run_both(call: AttentionOutput, *, group_size=128, rotate_o=True, kernel=None):
+    """(ours, the reference's) on the same inputs: (codes, scales, o after the call);
+    ``kernel``: the kernel forced (``cuda`` or ``triton``), else the admission's."""
     ours = call.clone()
+    admission = None if kernel is None else admit(kernel, "forced by the test", None)
     codes, scales = inverse_rope_quant_fp8(
         ours.o, ours.freqs_cis, ours.positions, o_groups=call.o_groups,
-        group_size=group_size, rotate_o=rotate_o,
+        group_size=group_size, rotate_o=rotate_o, admission=admission,
     )  # fmt: skip
     ref_codes, ref_scales, rotated = reference(
         call.o, call.freqs_cis, call.positions, o_groups=call.o_groups, group_size=group_size
@@ -312,6 +321,30 @@ def test_fallback_paths_match_reference(monkeypatch):
     assert_bitwise(*run_both(call, rotate_o=False))
 
 
+def test_cuda_kernel_admission_names_what_it_needs(monkeypatch):
+    """Which calls the CUDA kernel takes (its host side's checks, made before the launch), on
+    CPU tensors with an sm_90 capability stood in; every refused one still gets the Triton
+    kernel, with the reason."""
+    monkeypatch.setattr(op, "device_capability", lambda index: (9, 0))
+    call = attention_output(3, 4, o_groups=2, seed=7, kernel_heads=6)
+    o, table = call.o, call.freqs_cis
+    assert _cuda_fits(o, table, 128) is None
+    odd_heads = torch.zeros(3, 4 * HEAD_DIM + 2, dtype=torch.bfloat16)[:, 2:].view(3, 4, HEAD_DIM)
+    wide_table = torch.zeros(table.shape[0], 2 * table.shape[1], dtype=torch.complex64)
+    refusals = {
+        "group_size 128": (o, table, 64),
+        "8-byte words": (odd_heads, table, 128),
+        "16-byte rows": (o, wide_table[:, ::2], 128),
+    }
+    for expected, (o_, table_, group_size) in refusals.items():
+        assert expected in _cuda_fits(o_, table_, group_size)
+    monkeypatch.setattr(op, "device_capability", lambda index: (8, 9))
+    assert "sm_90+" in _cuda_fits(o, table, 128)
+    admission = inverse_rope_quant_fp8_admission(o, table, call.positions, o_groups=2)
+    if not o.is_cuda and interpreter.RUNS_IN_INTERPRETER:
+        assert admission.kernel == TRITON and "no CUDA device" in admission.reason
+
+
 def test_check_cases_are_exact():
     for case in check_cases(torch.device("cpu"), small=True):
         assert case.mismatches(case.run(), case.reference()) == 0, case.shape
@@ -383,7 +416,8 @@ def test_rcp_model_is_the_other_neighbour_where_it_steps():
 
 
 @pytest.mark.gpu
-def test_gpu_kernel_matches_reference():
+@pytest.mark.parametrize("kernel", [CUDA, TRITON])
+def test_gpu_kernel_matches_reference(kernel):
     calls = 0
     for tokens in (1, 6, 24, 96, 384):
         for groups in (2, 4, 8):
@@ -395,9 +429,42 @@ def test_gpu_kernel_matches_reference():
                         kernel_heads=KERNEL_HEADS if padded and heads < KERNEL_HEADS else None,
                         device="cuda",
                     )  # fmt: skip
-                    assert_bitwise(*run_both(call, rotate_o=seed != 1))
+                    if kernel == CUDA:  # the default for SGLang's layouts on sm_90+
+                        assert inverse_rope_quant_fp8_admission(
+                            call.o, call.freqs_cis, call.positions, o_groups=groups
+                        ).kernel == CUDA  # fmt: skip
+                    assert_bitwise(*run_both(call, rotate_o=seed != 1, kernel=kernel))
                     calls += 1
     assert calls >= 80
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32])
+def test_gpu_cuda_kernel_on_its_edges(positions_dtype):
+    """The CUDA kernel where its layout is tight: one head, rope over a whole group or past it
+    (256 of 512), heads of 128, positions outside the table, every launch shape."""
+    calls = 0
+    for tokens, heads, head_dim, rope_dim, padding in (
+        (1, 1, 128, 64, 0), (5, 3, 512, 256, 1), (7, 2, 128, 128, 2), (2, 4, 256, 4, 0),
+    ):  # fmt: skip
+        for seed in range(4):
+            call = attention_output(
+                tokens, heads, o_groups=1, seed=seed * 31 + tokens, head_dim=head_dim,
+                rope_dim=rope_dim, kernel_heads=heads + padding, table_rows=8,
+                positions_dtype=positions_dtype, device="cuda",
+            )  # fmt: skip
+            call.positions[0] = (-1, 8, 2**31 - 1, 0)[seed]  # outside the table: NaN
+            assert _cuda_fits(call.o, call.freqs_cis, 128) is None
+            want = run_both(call, kernel=CUDA)[1]
+            for warps in (1, 2, 4, 8):
+                ours = call.clone()
+                codes = torch.empty_like(want[0])
+                scales = torch.empty_like(want[1])
+                launch_cuda(ours.o, ours.freqs_cis, ours.positions, codes, scales,
+                            rotate_o=True, warps=warps)  # fmt: skip
+                assert_bitwise((codes, scales, ours.o), want)
+                calls += 1
+    assert calls == 64
 
 
 @pytest.mark.gpu
@@ -436,7 +503,8 @@ def _rcp_approx_ftz(x: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.gpu
-def test_gpu_graph_replay_follows_new_values():
+@pytest.mark.parametrize("kernel", [CUDA, TRITON])
+def test_gpu_graph_replay_follows_new_values(kernel):
     call = attention_output(24, 16, o_groups=2, seed=9, kernel_heads=KERNEL_HEADS, device="cuda")
     work = call.clone()
     out = (
@@ -444,10 +512,13 @@ def test_gpu_graph_replay_follows_new_values():
         torch.empty(24, 2, 32, device="cuda"),
     )
 
+    admission = admit(kernel, "forced by the test", None)
+
     def step():
         inverse_rope_quant_fp8(
-            work.o, work.freqs_cis, work.positions, o_groups=2, rotate_o=True, out=out
-        )
+            work.o, work.freqs_cis, work.positions, o_groups=2, rotate_o=True, out=out,
+            admission=admission,
+        )  # fmt: skip
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

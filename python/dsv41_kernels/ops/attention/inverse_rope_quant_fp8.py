@@ -23,6 +23,15 @@ it lies (any token and head strides), rotates the rope values in registers and w
 e4m3 values and fp32 scales in one launch, optionally writing the rotated values back into
 ``o`` as step 1 leaves them.
 
+Kernels (the admission's ``kernel``; both give the same bits):
+
+- ``cuda``: ``sgl-kernel/csrc/inverse_rope_quant_fp8.cu`` on sm_90+ for SGLang's group size
+  128: a warp a group, and only the warps of rope groups wait on the position and the table.
+  Word-aligned ``o`` strides and a contiguous 16-byte-aligned table, the module at hand
+  (prebuilt, cached or built now);
+- ``triton``: the kernel below, for every other admitted call (any group size, any even
+  strides, the interpreter on CPU, no CUDA module).
+
 Contract: ``(o_fp8, o_scales)`` and the rotated ``o`` are **bitwise equal** to
 :func:`dsv41_kernels.reference.inverse_rope_quant.inverse_rope_quant_fp8`, the restatement of
 SGLang's two kernels (read there). On a GPU the instructions that decide the bits are the ones
@@ -36,8 +45,9 @@ the reciprocal is the reference's model of ``MUFU.RCP``. Outputs
 are ``o_fp8`` float8_e4m3fn ``[T, G, D]`` and ``o_scales`` fp32 ``[T, G, D / group_size]``,
 contiguous: the layouts SGLang's quantizer allocates (row-major scales) and its ``wo_a`` reads.
 A position outside ``freqs_cis`` gives NaN in that token's rotated values, never a read out of
-bounds. One program quantizes ``BLOCK_GROUPS`` groups of one token; no host sync, nothing
-allocated but the outputs (``out=`` takes the caller's), so it captures into a CUDA graph.
+bounds. A Triton program quantizes ``BLOCK_GROUPS`` groups of one token, a CUDA warp one
+group. Neither syncs the host or allocates anything but the outputs (``out=`` takes the
+caller's), so both capture into a CUDA graph.
 """
 
 from __future__ import annotations
@@ -48,7 +58,7 @@ import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import device_capability
+from dsv41_kernels.jit import device_capability, load_module, module_available
 from dsv41_kernels.ops.quantization.mxfp8_encode import e4m3_rne_satfinite
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -65,6 +75,10 @@ GROUP_SIZES = (16, 32, 64, 128, 256)  # SGLang's quantizer's (per_token_group_qu
 POSITION_DTYPES = (torch.int32, torch.int64)
 VALUES_PER_PROGRAM = 1024
 TRITON = "triton"
+CUDA = "cuda"
+MODULE = "inverse_rope_quant_fp8"  # sgl-kernel/csrc/inverse_rope_quant_fp8.cu
+CUDA_GROUP_SIZE = 128
+CUDA_MAX_GROUPS_PER_TOKEN = 65535  # the CUDA grid's y limit
 # Kernels see module constants only as constexpr.
 _AMAX_FLOOR_BITS = tl.constexpr(AMAX_FLOOR_BITS)
 _RCP_448_BITS = tl.constexpr(RCP_448_BITS)
@@ -139,7 +153,28 @@ def _pair_words(o: torch.Tensor) -> bool:
     return tokens <= 1 or o.stride(0) >= row
 
 
-def _plan(o: torch.Tensor) -> Admission:
+def _cuda_fits(o: torch.Tensor, freqs_cis: torch.Tensor, group_size: int) -> str | None:
+    """Why the CUDA kernel cannot take this admitted call, or None: what its host side checks
+    (sm_90+, group size 128, o read in 8-byte pairs of pairs, the table as 16-byte rows)."""
+    if device_capability(o.device.index) < (9, 0):
+        return "the CUDA kernel is built for sm_90+"
+    if group_size != CUDA_GROUP_SIZE:
+        return f"the CUDA kernel takes group_size {CUDA_GROUP_SIZE}"
+    if o.stride(0) % 4 or o.stride(1) % 4 or o.data_ptr() % 8:
+        return "the CUDA kernel reads o in 8-byte words (strides of 4 values)"
+    if (
+        freqs_cis.shape[1] % 2
+        or freqs_cis.stride(1) != 1
+        or freqs_cis.stride(0) % 2
+        or freqs_cis.data_ptr() % 16
+    ):
+        return "the CUDA kernel reads freqs_cis in 16-byte rows (an even width, contiguous rows)"
+    if o.shape[1] * o.shape[2] // group_size > CUDA_MAX_GROUPS_PER_TOKEN or o.shape[0] >= 2**31:
+        return "too many groups a token or tokens for the CUDA grid"
+    return None
+
+
+def _plan(o: torch.Tensor, freqs_cis: torch.Tensor, group_size: int) -> Admission:
     where = triton_device(o)
     if not where:
         return where
@@ -147,7 +182,13 @@ def _plan(o: torch.Tensor) -> Admission:
         return refuse("needs an NVIDIA GPU with e4m3 conversions (sm_89+): the kernel's are PTX")
     if not _pair_words(o):
         return refuse("o is not read as pairs of rows apart (last stride 1, even strides)")
-    return admit(TRITON, f"{where.reason}, {tuple(o.shape)}")
+    why_not = _cuda_fits(o, freqs_cis, group_size) if o.is_cuda else "no CUDA device"
+    if why_not is None:
+        found = module_available(MODULE, o.device.index)
+        if found:
+            return admit(CUDA, f"cuda, {tuple(o.shape)} ({MODULE}: {found.reason})", MODULE)
+        why_not = f"{MODULE}: {found.reason}"
+    return admit(TRITON, f"{where.reason}, triton, {tuple(o.shape)} ({why_not})")
 
 
 def inverse_rope_quant_fp8_admission(
@@ -158,7 +199,7 @@ def inverse_rope_quant_fp8_admission(
         _validate(o, freqs_cis, positions, o_groups, group_size, out)
     except ValueError as e:
         return invalid(e)
-    return _plan(o)
+    return _plan(o, freqs_cis, group_size)
 
 
 @triton.jit
@@ -300,11 +341,26 @@ def inverse_rope_quant_fp8_kernel(
     tl.store(scales_ptr + token * GROUPS_PER_TOKEN + group, scale, mask=group < GROUPS_PER_TOKEN)
 
 
-def launch(o, freqs_cis, positions, codes, scales, *, group_size: int, rotate_o: bool) -> None:
-    """The kernel on valid, admitted arguments, into ``codes`` / ``scales`` (contiguous)."""
+def launch(
+    o,
+    freqs_cis,
+    positions,
+    codes,
+    scales,
+    *,
+    group_size: int,
+    rotate_o: bool,
+    block_groups: int | None = None,
+    num_warps: int = 4,
+) -> None:
+    """The kernel on valid, admitted arguments, into ``codes`` / ``scales`` (contiguous).
+    ``block_groups`` (a power of two; default ``VALUES_PER_PROGRAM`` values) and ``num_warps``
+    set the launch shape (tuning: every shape gives the same bits)."""
     tokens, heads, head_dim = o.shape
     groups_per_token = heads * head_dim // group_size
-    block_groups = min(triton.next_power_of_2(groups_per_token), VALUES_PER_PROGRAM // group_size)
+    if block_groups is None:
+        block_groups = VALUES_PER_PROGRAM // group_size
+    block_groups = min(triton.next_power_of_2(groups_per_token), block_groups)
     words = o.view(torch.int32)
     table = freqs_cis.view(torch.int64)
     with serialized():
@@ -327,9 +383,25 @@ def launch(o, freqs_cis, positions, codes, scales, *, group_size: int, rotate_o:
             BLOCK_GROUPS=block_groups,
             ROTATE_O=rotate_o,
             HW=o.is_cuda,
-            num_warps=4,
+            num_warps=num_warps,
             enable_fp_fusion=False,  # the one fused multiply-add per rotated value is explicit
         )
+
+
+def launch_cuda(o, freqs_cis, positions, codes, scales, *, rotate_o: bool, warps: int = 0):
+    """The CUDA kernel on admitted arguments with at least one token (``warps``: per CTA, 1, 2,
+    4 or 8, 0 for its default; tuning: every count gives the same bits)."""
+    tokens = o.shape[0]
+    module = load_module(MODULE, o.device.index)
+    module.inverse_rope_quant_fp8_cuda(
+        o,
+        freqs_cis.view(torch.float32),
+        positions,
+        codes.view(torch.uint8).view(tokens, -1),
+        scales.view(tokens, -1),
+        rotate_o,
+        warps,
+    )
 
 
 def inverse_rope_quant_fp8(
@@ -356,7 +428,7 @@ def inverse_rope_quant_fp8(
     """
     _validate(o, freqs_cis, positions, o_groups, group_size, out)
     if admission is None:
-        admission = _plan(o)
+        admission = _plan(o, freqs_cis, group_size)
     codes_shape, scales_shape = _output_shapes(o, o_groups, group_size)
     if out is None:
         out = (
@@ -372,6 +444,8 @@ def inverse_rope_quant_fp8(
         scales.copy_(ref_scales)
         if rotate_o:
             o.copy_(rotated)
+    elif o.shape[0] and admission.kernel == CUDA:
+        launch_cuda(o, freqs_cis, positions, codes, scales, rotate_o=rotate_o)
     elif o.shape[0]:
         launch(o, freqs_cis, positions, codes, scales, group_size=group_size, rotate_o=rotate_o)
     return codes, scales

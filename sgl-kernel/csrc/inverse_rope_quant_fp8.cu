@@ -1,0 +1,239 @@
+// Inverse RoPE and FP8 group quantization of the attention output, one warp a 128-value group.
+//
+// Why CUDA: at verify sizes (T = 6..384 tokens, 16-64 heads of 512) the Triton kernel of
+// python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py took 1.6-1.8 us at T = 6, about
+// 0.4 us over SGLang's own JIT kernels alone, and at T >= 96 it was slower than SGLang's two
+// kernels together: every value waited on the position -> cosine/sine loads, rope or not. Here
+// only a warp whose group holds rope values loads them; the other three quarters of the groups
+// are a load, a warp maximum and a store, as SGLang's quantizer is.
+//
+// Contract (bitwise, the one of the Python op: python/dsv41_kernels/reference/
+// inverse_rope_quant.py), o bf16 [T, H, head_dim] with head_dim % 128 == 0, rope_dim % 4 == 0:
+//   rope pair j of a head (values head_dim - rope_dim + 2j, +1) = (x_r, x_i), (c, s) =
+//   freqs[position, j] (NaN both when position is outside [0, rows), row 0 read instead):
+//     x_r' = bf16_rn(fma.rn(c, x_r, mul.rn(s, x_i))), x_i' = bf16_rn(fma.rn(c, x_i, -mul.rn(s,
+//     x_r)))
+//   (the negation a sign-bit flip; bf16_rn to nearest even, every NaN as 0x7FFF, no flush);
+//   per 128-value group y (rotated where rope): amax = max(int max of |y| bits, NaN as 0, and
+//   fp32(1e-10)); scale = mul.rn(amax, 0x3B124925); m = div.approx.ftz.f32(448, amax);
+//   codes = cvt.rn.satfinite.e4m3x2.f32(mul.rn(y_odd, m), mul.rn(y_even, m)) per pair.
+// Outputs: codes [T, H * head_dim] bytes (a group's 128 at group * 128), scales fp32
+// [T, H * head_dim / 128], both contiguous; with rotate_o the rotated rope words back into o.
+//
+// Layout: warp w of CTA (t, b) owns group g = b * WARPS + w of token t; lane l owns values
+// 4l..4l+3 of it: two (even, odd) pairs, one 8-byte load of o, one 16-byte load of
+// (c, s) for its two rope pairs, one 4-byte store of codes. Lanes of a group agree on amax
+// through a butterfly of integer maxima (order-free: the maximum is exact).
+//
+// Launch: grid (T, ceil(groups_per_token / WARPS)), WARPS * 32 threads, a programmatic dependent
+// launch (as SGLang's two kernels are on Hopper: nothing is read or written before the previous
+// kernel's end) on tvm-ffi's stream for o's device (the token from the grid and 32-bit index
+// arithmetic: no 64-bit division ahead of the first load); no allocation, no host sync (CUDA-graph
+// capturable).
+
+#include <cuda_runtime.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/cuda/device_guard.h>
+#include <tvm/ffi/function.h>
+
+#include <cstdint>
+
+#include "cluster_launch.cuh"
+#include "tensor_view.cuh"
+
+namespace {
+
+using tvm::ffi::TensorView;
+
+constexpr int kGroup = 128;                     // values per scale (SGLang's group_size)
+constexpr int kLaneValues = kGroup / 32;        // 4: two pairs
+constexpr uint32_t kAmaxFloor = 0x2EDBE6FFu;    // fp32(1e-10)
+constexpr uint32_t kRcp448 = 0x3B124925u;       // RN(1/448)
+constexpr uint32_t kBf16NanBits = 0x7FFF0000u;  // rounds to 0x7FFF
+constexpr int kDefaultWarps = 4;
+
+struct Params {
+  uint32_t* o;            // bf16 pairs as words
+  const float4* freqs;    // (c, s) of two consecutive rope pairs per float4
+  const void* positions;  // int32 or int64 [T]
+  uint32_t* codes;        // 4 e4m3 codes per word
+  float* scales;
+  int64_t o_token_stride;  // in words
+  int64_t o_head_stride;
+  int64_t freqs_row_stride;  // in float4 (two complex values)
+  int64_t position_stride;
+  int64_t table_rows;
+  int64_t tokens;
+  unsigned groups_per_token;
+  unsigned groups_per_head;
+  int rope_first_pair;  // (head_dim - rope_dim) / 2: the head's first rope pair
+};
+
+__device__ __forceinline__ float lower_bf16(uint32_t word) { return __uint_as_float(word << 16); }
+__device__ __forceinline__ float upper_bf16(uint32_t word) {
+  return __uint_as_float(word & 0xFFFF0000u);
+}
+
+// fp32 -> bf16 bits to nearest even, NaN -> 0x7FFF, in integers (as the Triton kernel's).
+__device__ __forceinline__ uint32_t bf16_bits(float v) {
+  const uint32_t bits = v != v ? kBf16NanBits : __float_as_uint(v);
+  return ((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) & 0xFFFFu;
+}
+
+// |v|'s bits, NaN as 0: non-negative fp32 bits order as their values.
+__device__ __forceinline__ uint32_t magnitude(float v) {
+  const uint32_t bits = __float_as_uint(v) & 0x7FFFFFFFu;
+  return bits > 0x7F800000u ? 0u : bits;
+}
+
+// (e4m3(high) << 8) | e4m3(low), to nearest even, saturating, NaN -> 0x7F.
+__device__ __forceinline__ uint32_t e4m3_pair(float high, float low) {
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(high), "f"(low));
+  return pair;
+}
+
+__device__ __forceinline__ float div_approx_ftz(float a, float b) {
+  float q;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
+  return q;
+}
+
+// One rope pair's rotation, as bf16 bits (real in the low half, imaginary in the high).
+__device__ __forceinline__ uint32_t rotate(uint32_t word, float c, float s) {
+  const float x_r = lower_bf16(word), x_i = upper_bf16(word);
+  const float minus_s_x_r = __uint_as_float(__float_as_uint(__fmul_rn(s, x_r)) ^ 0x80000000u);
+  const uint32_t r = bf16_bits(__fmaf_rn(c, x_r, __fmul_rn(s, x_i)));
+  const uint32_t i = bf16_bits(__fmaf_rn(c, x_i, minus_s_x_r));
+  return (i << 16) | r;
+}
+
+template <typename Position, int WARPS, bool ROTATE_O>
+__global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(const Params p) {
+  const int lane = threadIdx.x % 32;
+  const unsigned group = blockIdx.y * WARPS + threadIdx.x / 32;
+  if (group >= p.groups_per_token) return;
+  const int64_t token = blockIdx.x;
+  const int64_t n = token * p.groups_per_token + group;  // the group's index in codes / scales
+  const unsigned head = group / p.groups_per_head;
+  const int first_pair = (group % p.groups_per_head) * (kGroup / 2) + 2 * lane;  // in the head
+  uint32_t* o = p.o + token * p.o_token_stride + head * p.o_head_stride + first_pair;
+  wait_for_previous_grid();
+  uint2 words = *reinterpret_cast<const uint2*>(o);
+
+  // rope_first_pair is even and so is first_pair: a lane's two pairs are rope or not together.
+  const bool rope = first_pair >= p.rope_first_pair;
+  if (rope) {
+    const int64_t position =
+        static_cast<int64_t>(static_cast<const Position*>(p.positions)[token * p.position_stride]);
+    const bool inside = position >= 0 && position < p.table_rows;
+    const float4 cs = p.freqs[(inside ? position : 0) * p.freqs_row_stride +
+                              (first_pair - p.rope_first_pair) / 2];
+    const float nan = __uint_as_float(0x7FC00000u);
+    words.x = rotate(words.x, inside ? cs.x : nan, inside ? cs.y : nan);
+    words.y = rotate(words.y, inside ? cs.z : nan, inside ? cs.w : nan);
+    if (ROTATE_O) *reinterpret_cast<uint2*>(o) = words;
+  }
+  const float y[kLaneValues] = {lower_bf16(words.x), upper_bf16(words.x), lower_bf16(words.y),
+                                upper_bf16(words.y)};
+  uint32_t amax_bits = 0;
+#pragma unroll
+  for (int k = 0; k < kLaneValues; ++k) amax_bits = max(amax_bits, magnitude(y[k]));
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, offset));
+  }
+  const float amax = fmaxf(__uint_as_float(amax_bits), __uint_as_float(kAmaxFloor));
+  const float multiplier = div_approx_ftz(448.0f, amax);
+  const uint32_t low = e4m3_pair(__fmul_rn(y[1], multiplier), __fmul_rn(y[0], multiplier));
+  const uint32_t high = e4m3_pair(__fmul_rn(y[3], multiplier), __fmul_rn(y[2], multiplier));
+  p.codes[n * (kGroup / 4) + lane] = (high << 16) | low;
+  if (lane == 0) p.scales[n] = __fmul_rn(amax, __uint_as_float(kRcp448));
+}
+
+template <typename Position, int WARPS>
+void launch(const Params& p, bool rotate_o, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.tokens), (p.groups_per_token + WARPS - 1) / WARPS);
+  launch_in_clusters("inverse_rope_quant_fp8",
+                     rotate_o ? inverse_rope_quant_fp8_kernel<Position, WARPS, true>
+                              : inverse_rope_quant_fp8_kernel<Position, WARPS, false>,
+                     grid, dim3(WARPS * 32), /*cluster=*/0, /*dependent=*/true, stream, p);
+}
+
+template <typename Position>
+void launch_warps(const Params& p, int warps, bool rotate_o, cudaStream_t stream) {
+  switch (warps) {
+    case 1:
+      return launch<Position, 1>(p, rotate_o, stream);
+    case 2:
+      return launch<Position, 2>(p, rotate_o, stream);
+    case 4:
+      return launch<Position, 4>(p, rotate_o, stream);
+    case 8:
+      return launch<Position, 8>(p, rotate_o, stream);
+    default:
+      TVM_FFI_THROW(ValueError) << "warps = " << warps << " must be 1, 2, 4 or 8";
+  }
+}
+
+}  // namespace
+
+// o bf16 [T, H, head_dim] (head_dim % 128 == 0, last stride 1, token and head strides multiples
+// of 4 values, 8-byte aligned); freqs fp32 [rows, rope_dim] (the complex64 table viewed as
+// fp32, rope_dim % 4 == 0, rows 16-byte aligned, last stride 1); positions int32/int64 [T];
+// codes 1-byte [T, H * head_dim] and scales fp32 [T, H * head_dim / 128], both contiguous.
+// warps: per CTA, 1, 2, 4 or 8 (0: the default 4); the bits do not depend on it.
+void inverse_rope_quant_fp8_cuda(TensorView o, TensorView freqs, TensorView positions,
+                                 TensorView codes, TensorView scales, bool rotate_o,
+                                 int64_t warps) {
+  check_tensor(o, "o", {kAnySize, kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kAny, 8);
+  const int64_t tokens = o.size(0), heads = o.size(1), head_dim = o.size(2);
+  const int device = o.device().device_id;
+  if (head_dim % kGroup != 0 || head_dim == 0 || o.stride(2) != 1 || o.stride(0) % 4 != 0 ||
+      o.stride(1) % 4 != 0) {
+    TVM_FFI_THROW(ValueError) << "o must have a head_dim that is a positive multiple of " << kGroup
+                              << ", last stride 1 and token and head strides multiples of 4";
+  }
+  check_tensor(freqs, "freqs", {kAnySize, kAnySize}, {kFloat32}, device, Layout::kRows, 16);
+  const int64_t rope_dim = freqs.size(1);
+  if (freqs.size(0) == 0 || rope_dim % 4 != 0 || rope_dim == 0 || rope_dim > head_dim) {
+    TVM_FFI_THROW(ValueError) << "freqs must have rows and a rope width that is a positive "
+                              << "multiple of 4 up to head_dim, got [" << freqs.size(0) << ", "
+                              << rope_dim << "]";
+  }
+  check_tensor(positions, "positions", {tokens}, {kInt32, kInt64}, device);
+  const int64_t width = heads * head_dim;
+  if (tokens >= (int64_t{1} << 31) || width / kGroup > 65535) {  // the grid's x and y limits
+    TVM_FFI_THROW(ValueError) << "o: " << tokens << " tokens (at most 2^31 - 1) of "
+                              << width / kGroup << " groups (at most 65535)";
+  }
+  check_tensor(codes, "codes", {tokens, width}, {kByte}, device, Layout::kContiguous, 4);
+  check_tensor(scales, "scales", {tokens, width / kGroup}, {kFloat32}, device, Layout::kContiguous);
+  if (warps == 0) warps = kDefaultWarps;
+  Params p{};
+  p.o = data_as<uint32_t>(o);
+  p.freqs = data_as<const float4>(freqs);
+  p.positions = data_as<const void>(positions);
+  p.codes = data_as<uint32_t>(codes);
+  p.scales = data_as<float>(scales);
+  p.o_token_stride = o.stride(0) / 2;
+  p.o_head_stride = o.stride(1) / 2;
+  p.freqs_row_stride = freqs.stride(0) / 4;
+  p.position_stride = positions.stride(0);
+  p.groups_per_token = static_cast<unsigned>(width / kGroup);
+  p.tokens = tokens;
+  p.table_rows = freqs.size(0);
+  p.groups_per_head = static_cast<unsigned>(head_dim / kGroup);
+  p.rope_first_pair = static_cast<int>((head_dim - rope_dim) / 2);
+  if (tokens == 0 || width == 0) return;
+  tvm::ffi::CUDADeviceGuard guard(device);
+  const cudaStream_t stream = env_stream(device);
+  if (is_dtype(positions, kDLInt, 32)) {
+    launch_warps<int32_t>(p, static_cast<int>(warps), rotate_o, stream);
+  } else {
+    launch_warps<int64_t>(p, static_cast<int>(warps), rotate_o, stream);
+  }
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(inverse_rope_quant_fp8_cuda, inverse_rope_quant_fp8_cuda);
