@@ -29,6 +29,7 @@ from common import SGLANG_ARM, parser, record, report, timed
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_output
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
+    CUDA,
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
     launch,
@@ -123,6 +124,7 @@ def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
     table, positions = call.freqs_cis, call.positions
     want_o = same_layout(call.o)
     want = inverse_rope_quant_fp8(want_o, table, positions, o_groups=groups, rotate_o=True)
+    kernel = inverse_rope_quant_fp8_admission(want_o, table, positions, o_groups=groups).kernel
     triton_shapes = [
         (f"triton {g} groups x {w} warps", g, w)
         for g in SWEEP_BLOCK_GROUPS
@@ -139,6 +141,7 @@ def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
             o, table, positions, *out, rotate_o=True, warps=w
         ))
         for w in SWEEP_WARPS
+        if kernel == CUDA  # sm_90+ with the module at hand
     ]  # fmt: skip
     records = []
     for arm, run in runs:

@@ -1,11 +1,12 @@
 // Inverse RoPE and FP8 group quantization of the attention output, one warp a 128-value group.
 //
-// Why CUDA: at verify sizes (T = 6..384 tokens, 16-64 heads of 512) the Triton kernel of
-// python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py took 1.6-1.8 us at T = 6, about
-// 0.4 us over SGLang's own JIT kernels alone, and at T >= 96 it was slower than SGLang's two
-// kernels together: every value waited on the position -> cosine/sine loads, rope or not. Here
-// only a warp whose group holds rope values loads them; the other three quarters of the groups
-// are a load, a warp maximum and a store, as SGLang's quantizer is.
+// Why CUDA: SGLang's two kernels on this path are programmatic dependent launches on Hopper,
+// which in a chain of launches hides most of the gap between kernels; a CUDA launch can do the
+// same (the Triton kernel of python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py is
+// launched plainly). On the H200 this kernel alone, as an ordinary launch, was no faster than
+// the Triton one (1.7-1.8 us at T = 6); as a dependent launch it takes 1.5-1.65
+// (docs/performance.md). Only a warp whose group holds rope values loads the position and the
+// table; the other three quarters of the groups are a load, a warp maximum and a store.
 //
 // Contract (bitwise, the one of the Python op: python/dsv41_kernels/reference/
 // inverse_rope_quant.py), o bf16 [T, H, head_dim] with head_dim % 128 == 0, rope_dim % 4 == 0:

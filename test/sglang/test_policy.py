@@ -86,8 +86,10 @@ MEASURED = [
     ("wo_a", 9, 6, 64, False),  # TP 1
     ("wo_a", 9, 24, 64, False),
     ("wo_a", 9, 25, 64, True),
-    ("wo_a", 9, 96, 32, False),  # TP 2 / 4
+    ("wo_a", 9, 25, 32, False),  # TP 2 / 4
+    ("wo_a", 9, 96, 32, False),
     ("wo_a", 9, 97, 16, True),
+    ("wo_a", 9, 97, 33, True),  # more than 32 heads: TP 1's entry
     ("wo_a", 10, 384, 64, False),  # measured on the H200 only
 ]
 
@@ -101,7 +103,10 @@ def test_measured_slower_table(monkeypatch, switch, arch, rows, columns, decline
     monkeypatch.delenv(measured.FORCE_ENV, raising=False)
     monkeypatch.setattr(measured, "sm_major", lambda index: arch)
     on_gpu = types.SimpleNamespace(
-        is_cuda=arch is not None, device=types.SimpleNamespace(index=0), shape=(rows, columns)
+        is_cuda=arch is not None,
+        device=types.SimpleNamespace(index=0),
+        shape=(rows, columns),
+        dim=lambda: 2,
     )
     refusal = measured.slower_than_sglang(switch, on_gpu)
     assert (refusal is not None) == declines

@@ -150,7 +150,7 @@ def report_line(status: Mapping[str, str], unknown=()) -> str:
     slower = [name for name in on if measured_slower(name)]
     if slower:
         line += (
-            "; declining where measured slower than SGLang or not bitwise equal to it "
+            "; declining where measured slower than SGLang "
             f"({FORCE_ENV} lifts it): {', '.join(slower)}"
         )
     if unknown:

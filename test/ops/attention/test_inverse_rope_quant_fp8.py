@@ -323,8 +323,8 @@ def test_fallback_paths_match_reference(monkeypatch):
 
 def test_cuda_kernel_admission_names_what_it_needs(monkeypatch):
     """Which calls the CUDA kernel takes (its host side's checks, made before the launch), on
-    CPU tensors with an sm_90 capability stood in; every refused one still gets the Triton
-    kernel, with the reason."""
+    CPU tensors with an sm_90 capability stood in. On a GPU a call it refuses takes the Triton
+    kernel, the admission's reason naming why."""
     monkeypatch.setattr(op, "device_capability", lambda index: (9, 0))
     call = attention_output(3, 4, o_groups=2, seed=7, kernel_heads=6)
     o, table = call.o, call.freqs_cis
@@ -335,7 +335,9 @@ def test_cuda_kernel_admission_names_what_it_needs(monkeypatch):
         "group_size 128": (o, table, 64),
         "8-byte words": (odd_heads, table, 128),
         "16-byte rows": (o, wide_table[:, ::2], 128),
-    }
+        "too many groups": (torch.zeros(1, 1, 128, dtype=torch.bfloat16).expand(1, 65536, 128),
+                            table, 128),
+    }  # fmt: skip
     for expected, (o_, table_, group_size) in refusals.items():
         assert expected in _cuda_fits(o_, table_, group_size)
     monkeypatch.setattr(op, "device_capability", lambda index: (8, 9))
@@ -442,7 +444,8 @@ def test_gpu_kernel_matches_reference(kernel):
 @pytest.mark.parametrize("positions_dtype", [torch.int64, torch.int32])
 def test_gpu_cuda_kernel_on_its_edges(positions_dtype):
     """The CUDA kernel where its layout is tight: one head, rope over a whole group or past it
-    (256 of 512), heads of 128, positions outside the table, every launch shape."""
+    (256 of 512), heads of 128, positions outside the table (int64 ones past 2^32 too), strided
+    positions and table rows wider than the table, every launch shape."""
     calls = 0
     for tokens, heads, head_dim, rope_dim, padding in (
         (1, 1, 128, 64, 0), (5, 3, 512, 256, 1), (7, 2, 128, 128, 2), (2, 4, 256, 4, 0),
@@ -453,7 +456,14 @@ def test_gpu_cuda_kernel_on_its_edges(positions_dtype):
                 rope_dim=rope_dim, kernel_heads=heads + padding, table_rows=8,
                 positions_dtype=positions_dtype, device="cuda",
             )  # fmt: skip
-            call.positions[0] = (-1, 8, 2**31 - 1, 0)[seed]  # outside the table: NaN
+            far = 2**31 - 1 if positions_dtype == torch.int32 else 2**33
+            call.positions[0] = (-1, 8, far, 0)[seed]  # outside the table: NaN
+            if seed % 2:  # every other stride 2 apart, table rows two entries wider
+                spread = torch.zeros(2 * tokens, dtype=positions_dtype, device="cuda")
+                spread[::2] = call.positions
+                wide = torch.zeros(8, rope_dim // 2 + 2, dtype=torch.complex64, device="cuda")
+                wide[:, : rope_dim // 2] = call.freqs_cis
+                call = AttentionOutput(call.o, wide[:, : rope_dim // 2], spread[::2], 1)
             assert _cuda_fits(call.o, call.freqs_cis, 128) is None
             want = run_both(call, kernel=CUDA)[1]
             for warps in (1, 2, 4, 8):

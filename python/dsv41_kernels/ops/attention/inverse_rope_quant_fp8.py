@@ -26,9 +26,11 @@ e4m3 values and fp32 scales in one launch, optionally writing the rotated values
 Kernels (the admission's ``kernel``; both give the same bits):
 
 - ``cuda``: ``sgl-kernel/csrc/inverse_rope_quant_fp8.cu`` on sm_90+ for SGLang's group size
-  128: a warp a group, and only the warps of rope groups wait on the position and the table.
-  Word-aligned ``o`` strides and a contiguous 16-byte-aligned table, the module at hand
-  (prebuilt, cached or built now);
+  128: a warp a group, only the warps of rope groups waiting on the position and the table,
+  launched as SGLang launches its own two kernels on Hopper (a programmatic dependent launch).
+  It needs ``o`` 8-byte aligned with token and head strides of 4 values, table rows 16-byte
+  aligned with unit last stride and an even width, and the module at hand (prebuilt, cached or
+  built now);
 - ``triton``: the kernel below, for every other admitted call (any group size, any even
   strides, the interpreter on CPU, no CUDA module).
 
@@ -194,7 +196,8 @@ def _plan(o: torch.Tensor, freqs_cis: torch.Tensor, group_size: int) -> Admissio
 def inverse_rope_quant_fp8_admission(
     o, freqs_cis, positions, *, o_groups, group_size: int = 128, out=None
 ) -> Admission:
-    """Whether the Triton kernel runs for this call; pure (shapes, dtypes, strides, device)."""
+    """Which kernel runs for this call (``cuda`` or ``triton``), or why none does (the torch
+    fallback then); pure: shapes, dtypes, strides, device, the module's availability."""
     try:
         _validate(o, freqs_cis, positions, o_groups, group_size, out)
     except ValueError as e:
