@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "python"))
 from dsv41_kernels import jit, prebuild  # noqa: E402  (torch-free: the build has no torch)
 
 WHEEL_PLATFORM = f"manylinux_2_28_{platform.machine()}"
-"""The modules need glibc 2.14 and libstdc++ 3.4.21 at most (test/test_wheel.py checks), plus
+"""The modules need at most glibc 2.28 and gcc 8's libstdc++ (test/test_wheel.py checks), plus
 the CUDA runtime and libtvm_ffi that torch and apache-tvm-ffi bring."""
 
 

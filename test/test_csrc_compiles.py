@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dsv41_kernels.jit import CSRC, PREBUILT, PREBUILT_ARCHS, module_digest, module_file
+from dsv41_kernels.jit import CSRC, PREBUILT, PREBUILT_ARCHS, module_file
 from dsv41_kernels.prebuild import exported_functions
 
 SOURCES = sorted(CSRC.glob("*.cu"))
@@ -20,7 +20,7 @@ def declared_functions(source: Path) -> list[str]:
 @pytest.mark.parametrize("arch", PREBUILT_ARCHS)
 @pytest.mark.parametrize("source", SOURCES, ids=[s.name for s in SOURCES])
 def test_compiles(source: Path, arch: str, prebuilt_modules):
-    file = module_file(source.stem, module_digest(source.stem, arch))
+    file = module_file(source.stem, arch)
     entry = prebuilt_modules[file]
     assert (entry["module"], entry["arch"]) == (source.stem, arch)
     assert entry["functions"] == declared_functions(source) != []

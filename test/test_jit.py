@@ -47,7 +47,7 @@ def _clear():
 
 def write_prebuilt(name="demo", arch="9.0a", **fields) -> Path:
     """A prebuilt module of the current sources (unless ``fields`` say otherwise)."""
-    file = jit.module_file(name, jit.module_digest(name, arch))
+    file = jit.module_file(name, arch)
     (jit.PREBUILT / file).write_bytes(b"a shared library")
     entry = {"module": name, "arch": arch, "cuda": "13.0", "tvm_ffi": jit.tvm_ffi_version()}
     entry.update(fields)

@@ -111,9 +111,10 @@ def module_digest(name: str, arch: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def module_file(name: str, digest: str) -> str:
-    """The shared library's file name, in the prebuilt folder and in the cache alike."""
-    return f"{name}-{digest}.so"
+def module_file(name: str, arch: str) -> str:
+    """Module ``name``'s shared library for ``arch`` (:func:`module_digest` names it), in the
+    prebuilt folder and in the cache alike."""
+    return f"{name}-{module_digest(name, arch)}.so"
 
 
 def cuda_home() -> str | None:
@@ -144,7 +145,7 @@ def toolchain_available() -> bool:
         import tvm_ffi.cpp  # noqa: F401
     except ImportError:
         return False
-    return shutil.which("nvcc") is not None or cuda_home() is not None
+    return bool(shutil.which("nvcc") or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"))
 
 
 @contextlib.contextmanager
@@ -184,13 +185,18 @@ def build_module(name: str, arch: str, directory: Path) -> Path:
     return Path(built)
 
 
-@functools.cache
-def prebuilt_manifest() -> dict[str, dict]:
-    """The prebuilt folder's entries by file name; empty when the package carries none."""
+def read_manifest(folder: Path) -> dict[str, dict]:
+    """A prebuilt folder's manifest entries by file name; empty when it has none."""
     try:
-        return json.loads((PREBUILT / MANIFEST).read_text())["modules"]
+        return json.loads((folder / MANIFEST).read_text())["modules"]
     except FileNotFoundError:
         return {}
+
+
+@functools.cache
+def prebuilt_manifest() -> dict[str, dict]:
+    """The package's prebuilt folder's entries (:func:`read_manifest`, read once)."""
+    return read_manifest(PREBUILT)
 
 
 def _torch_cuda() -> str | None:
@@ -208,7 +214,7 @@ def find_prebuilt(name: str, arch: str) -> tuple[Path | None, str]:
     """The prebuilt module of ``name`` for ``arch`` that matches the sources, and a reason:
     where it is from, or why there is none (none for this arch, a stale one, another CUDA)."""
     entries = prebuilt_manifest()
-    file = module_file(name, module_digest(name, arch))
+    file = module_file(name, arch)
     entry = entries.get(file)
     if entry is not None and (PREBUILT / file).is_file():
         if _major(entry["cuda"]) != _major(_torch_cuda()):
@@ -228,7 +234,7 @@ def find_prebuilt(name: str, arch: str) -> tuple[Path | None, str]:
 
 def cached_module(name: str, arch: str) -> Path:
     """Where the just-in-time cache keeps module ``name`` for ``arch``."""
-    return CACHE / module_file(name, module_digest(name, arch))
+    return CACHE / module_file(name, arch)
 
 
 @dataclass(frozen=True)
@@ -273,10 +279,9 @@ def device_arch(device_index: int) -> str:
     return arch_name(device_capability(device_index))
 
 
-@functools.cache
 def sm_major(device_index: int) -> int:
-    """The compute capability's major version of a CUDA device (cached: admissions ask often)."""
-    return int(device_arch(device_index).split(".")[0])
+    """The compute capability's major version of a CUDA device."""
+    return device_capability(device_index)[0]
 
 
 @functools.cache

@@ -54,14 +54,6 @@ def cuda_version() -> str:
     return found.group(1)
 
 
-def read_manifest(folder: Path) -> dict[str, dict]:
-    """A prebuilt folder's manifest entries by file name; empty when it has none."""
-    try:
-        return json.loads((folder / jit.MANIFEST).read_text())["modules"]
-    except FileNotFoundError:
-        return {}
-
-
 def _build(name: str, arch: str, directory: str) -> tuple[str, float]:
     """One module, in a worker process (tvm-ffi takes its target from the environment)."""
     start = time.perf_counter()
@@ -82,16 +74,14 @@ def prebuild(
     or apache-tvm-ffi is missing."""
     out.mkdir(parents=True, exist_ok=True)
     wanted = {
-        jit.module_file(name, jit.module_digest(name, arch)): (name, arch)
-        for name in jit.module_names()
-        for arch in archs
+        jit.module_file(name, arch): (name, arch) for name in jit.module_names() for arch in archs
     }
     entries: dict[str, dict] = {}
     how: dict[str, str] = {}
     for folder, verb in ((out, "kept"), (reuse, "reused")):
         if folder is None:
             continue
-        found = read_manifest(folder)
+        found = jit.read_manifest(folder)
         for file in wanted.keys() - entries.keys():
             if file in found and (folder / file).is_file():
                 if folder != out:
@@ -100,8 +90,8 @@ def prebuild(
     missing = [file for file in wanted if file not in entries]
     if missing and not jit.toolchain_available():
         raise RuntimeError(
-            f"{len(missing)} modules to build, which needs nvcc (on PATH, or CUDA_HOME) and "
-            "apache-tvm-ffi"
+            f"{len(missing)} modules to build, which needs apache-tvm-ffi and nvcc "
+            f"({jit.NO_TOOLCHAIN})"
         )
     if missing:
         cuda, tvm_ffi = cuda_version(), jit.tvm_ffi_version()
@@ -121,7 +111,6 @@ def prebuild(
                     "arch": arch,
                     "cuda": cuda,
                     "tvm_ffi": tvm_ffi,
-                    "cflags": list(jit.CUDA_CFLAGS),
                     "functions": exported_functions(out / file),
                 }
                 how[file] = f"built in {seconds:.1f} s"
