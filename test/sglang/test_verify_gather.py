@@ -102,6 +102,34 @@ def test_defer_admission(plugin, forced, two_ranks, monkeypatch, change, refusal
         assert not verdict and refusal in verdict.reason, verdict
 
 
+def test_accept_on_shard_honours_the_refusal(plugin, monkeypatch):
+    """Arguments SGLang's accept refuses reach SGLang's accept of the gathered logits, never
+    our sharded accept, even where ours would take them (a refusal is a falsy Admission)."""
+    from dsv41_kernels.admission import admit, refuse
+    from dsv41_kernels.sglang_plugin import deferred_verify
+
+    ours_admits = lambda *args, **kwargs: admit("triton")
+    monkeypatch.setattr(deferred_verify, "sharded_accept_greedy_admission", ours_admits)
+    monkeypatch.setattr(deferred_verify, "sharded_accept_greedy", lambda *a, **k: "ours")
+
+    shard = torch.randn(BS * 6, WIDTH)
+    gathered = torch.randn(BS * 6, VOCAB)
+    deferred = types.SimpleNamespace(
+        own_columns=lambda t: t, vocab_start=0, group=None, gather=lambda t: gathered
+    )
+    seen = {}
+
+    def original(**kwargs):
+        seen.update(kwargs)
+        return "sglang's accept"
+
+    kwargs = dict(candidates=torch.zeros(BS, 6, dtype=torch.int64), target_logits=shard)
+    refusal = refuse("logits rows != bs * verify_num_draft_tokens")
+    result = deferred_verify.accept_on_shard(deferred, original, kwargs, refusal)
+    assert result == "sglang's accept" and seen["target_logits"] is gathered
+    assert deferred_verify.accept_on_shard(deferred, original, kwargs, None) == "ours"
+
+
 def test_defer_admission_needs_tp_and_the_accept_site(plugin, forced, monkeypatch):
     from dsv41_kernels.sglang_plugin import verify_gather
 

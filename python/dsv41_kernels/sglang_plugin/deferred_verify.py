@@ -91,7 +91,9 @@ def accept_on_shard(deferred: DeferredVerify, original, kwargs, refusal: Admissi
         group=deferred.group,
         cutoff_verify_lens=kwargs.get("cutoff_verify_lens"),
     )
-    admission = refusal or sharded_accept_greedy_admission(kwargs["candidates"], local, **arguments)
+    if refusal is None:  # a refusal is falsy: test for None, never for truth
+        refusal = sharded_accept_greedy_admission(kwargs["candidates"], local, **arguments)
+    admission = refusal
     return dispatch.run(
         "verify_gather.accept",
         admission,
