@@ -166,7 +166,7 @@ def main() -> None:
             for arm in ARMS:
                 dispatch.reset()
                 try:
-                    if arm == "sglang-0.5.23":
+                    if arm == SGLANG_ARM:
                         with callers.sglang_functions(module, *names):
                             times[arm] = timed(run, rows)
                     else:
@@ -181,7 +181,7 @@ def main() -> None:
                     times[arm] = None
                     print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
                 records.append(record(op, shape, arm, times[arm], rows=rows))
-            base, ours = times["sglang-0.5.23"], times["dsv41-kernels"]
+            base, ours = times[SGLANG_ARM], times["dsv41-kernels"]
             fmt = lambda us: "-" if us is None else f"{us:.2f}"
             ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"
             print(f"{op:<10} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True)

@@ -205,7 +205,7 @@ def main() -> None:
     ]
     records, runnable = [], []
     for op, count, run, patch, shape in groups:
-        arms = {"sglang-0.5.23": with_sglang_functions(run, patch), "dsv41-kernels": run}
+        arms = {SGLANG_ARM: with_sglang_functions(run, patch), "dsv41-kernels": run}
         times = {}
         for arm, fn in arms.items():
             try:

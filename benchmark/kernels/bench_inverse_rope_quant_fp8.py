@@ -24,10 +24,10 @@ recorded with the error and ours is still timed and checked against the referenc
 from __future__ import annotations
 
 import torch
-from common import SGLANG_ARM, parser, record, report, timed
+from common import SGLANG_ARM, parser, record, report, sglang_function, timed
 
 from dsv41_kernels.cases.common import bit_mismatches
-from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_output
+from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_output, same_layout
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     CUDA,
     inverse_rope_quant_fp8,
@@ -47,24 +47,12 @@ SWEEP_WARPS = (1, 2, 4, 8)
 kernel's: SWEEP_WARPS warps a CTA, one group a warp."""
 
 
-def sglang_kernels():
-    """SGLang's two functions (raises whatever their import raises)."""
-    from sglang.kernels.ops.attention.dsv4.norm_rope import fused_rope_inplace
-    from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
-
-    return fused_rope_inplace, sglang_per_token_group_quant_fp8
-
-
 def sglang_chain(rope, quant, o, freqs_cis, positions, groups):
     rope(o[..., -64:], None, freqs_cis, positions=positions, inverse=True)
     grouped = o.view(o.shape[0], groups, -1)
     t, g, d = grouped.shape
     o_fp8, o_s = quant(grouped.reshape(t * g, d).contiguous(), group_size=128, scale_ue8m0=False)
     return o_fp8.view(t, g, d), o_s.view(t, g, -1)
-
-
-def same_layout(o):
-    return torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device).copy_(o)
 
 
 def bench_call(tokens: int, groups: int, padded: bool):
@@ -85,14 +73,16 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
     mine = same_layout(call.o)
     got = inverse_rope_quant_fp8(mine, table, positions, o_groups=groups, rotate_o=True)
     kernel = inverse_rope_quant_fp8_admission(work, table, positions, o_groups=groups).kernel
-    try:
-        rope, quant = sglang_kernels()
-    except Exception as e:  # SGLang not importable here: ours against the reference only
+    rope, why = sglang_function("sglang.kernels.ops.attention.dsv4.norm_rope", "fused_rope_inplace")
+    quant, why_not = sglang_function(
+        "sglang.kernels.ops.quantization.fp8_kernel", "sglang_per_token_group_quant_fp8"
+    )
+    if rope is None or quant is None:  # SGLang not importable here: ours against the reference
         codes, scales, rotated = reference_inverse_rope_quant_fp8(
             call.o, table, positions, o_groups=groups
         )
         exact = bit_mismatches((*got, mine), (codes, scales, rotated)) == 0
-        error = f"{type(e).__name__}: {e}"[:200]
+        error = why or why_not
         return [timed(OP, shape, "ours", ours, exact=exact, kernel=kernel, vs="reference")] + [
             record(OP, shape, arm, None, error=error)
             for arm in (SGLANG_ARM, "sglang rope", "sglang quant")

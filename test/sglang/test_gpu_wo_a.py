@@ -17,6 +17,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from dsv41_kernels.cases.inverse_rope_quant_fp8 import same_layout
 from test.sglang import callers
 
 pytestmark = pytest.mark.gpu
@@ -125,12 +126,6 @@ def test_op_in_a_cuda_graph_equals_sglangs_two_kernels(plugin, tokens):
 
 # ---------------------------------------------------------------------------------------------
 # The hook: SGLang's output path with the plugin on and off
-
-
-def same_layout(o):
-    """A copy of ``o`` with its strides (a slice of padded heads stays one)."""
-    copy = torch.empty_strided(o.shape, o.stride(), dtype=o.dtype, device=o.device)
-    return copy.copy_(o)
 
 
 def output_path(layer, o, positions, *, plugin_on):

@@ -23,7 +23,7 @@ HEAD_DIM = 512
 ROPE_DIM = 64
 KERNEL_HEADS = 64
 """Heads of the attention kernel's output at TP > 1 (FlashMLA pads to 64): ``o`` is a slice."""
-MAX_BF16 = 3.3895313892515355e38
+MAX_BF16 = torch.finfo(torch.bfloat16).max
 
 
 @dataclass
@@ -38,11 +38,13 @@ class AttentionOutput:
 
     def clone(self) -> AttentionOutput:
         """The same call on a copy of ``o`` in the same layout (for in-place comparisons)."""
-        o = torch.empty_strided(
-            self.o.shape, self.o.stride(), dtype=self.o.dtype, device=self.o.device
-        )
-        o.copy_(self.o)
-        return AttentionOutput(o, self.freqs_cis, self.positions, self.o_groups)
+        return AttentionOutput(same_layout(self.o), self.freqs_cis, self.positions, self.o_groups)
+
+
+def same_layout(t: torch.Tensor) -> torch.Tensor:
+    """A copy of ``t`` with its strides (a slice of padded heads stays one)."""
+    copy = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return copy.copy_(t)
 
 
 def rope_table(rows: int, rope_dim: int = ROPE_DIM, *, gen: torch.Generator) -> torch.Tensor:

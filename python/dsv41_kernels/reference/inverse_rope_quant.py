@@ -59,6 +59,13 @@ neighbour of the exact value (a faithful rounding). Measured on the H200 at the 
 (``test_gpu_reciprocal_model_holds_on_every_amax``)."""
 
 
+_RCP_STEP_TABLE = torch.zeros(128, dtype=torch.int32)
+_RCP_STEP_TABLE[list(RCP_APPROX_STEPS)] = torch.tensor(
+    list(RCP_APPROX_STEPS.values()), dtype=torch.int32
+)
+""":data:`RCP_APPROX_STEPS` by significand field (0 where the reciprocal is correctly rounded)."""
+
+
 def _f32(bits: int, device) -> torch.Tensor:
     return torch.tensor(bits, dtype=torch.int32, device=device).view(torch.float32)
 
@@ -91,10 +98,7 @@ def rcp_approx_ftz(amax: torch.Tensor) -> torch.Tensor:
     """``rcp.approx.ftz.f32`` of fp32 ``amax`` holding bf16 values or ``fp32(1e-10)``: the
     correctly rounded reciprocal stepped by :data:`RCP_APPROX_STEPS`, 0 above 2^126."""
     bits = amax.view(torch.int32)
-    steps = torch.zeros(128, dtype=torch.int32, device=amax.device)
-    steps[list(RCP_APPROX_STEPS)] = torch.tensor(
-        list(RCP_APPROX_STEPS.values()), dtype=torch.int32, device=amax.device
-    )
+    steps = _RCP_STEP_TABLE.to(amax.device)
     on_bf16 = (bits & 0xFFFF) == 0
     step = torch.where(on_bf16, steps[(bits >> 16) & 0x7F], 0)
     rcp = ((1.0 / amax).view(torch.int32) + step).view(torch.float32)

@@ -58,9 +58,17 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_tensor,
+    cuda_kernel_runs,
+    invalid,
+    refuse,
+    triton_device,
+)
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import device_capability, load_module, module_available
+from dsv41_kernels.jit import device_capability, load_module
 from dsv41_kernels.ops.quantization.mxfp8_encode import e4m3_rne_satfinite
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -185,12 +193,10 @@ def _plan(o: torch.Tensor, freqs_cis: torch.Tensor, group_size: int) -> Admissio
     if not _pair_words(o):
         return refuse("o is not read as pairs of rows apart (last stride 1, even strides)")
     why_not = _cuda_fits(o, freqs_cis, group_size) if o.is_cuda else "no CUDA device"
-    if why_not is None:
-        found = module_available(MODULE, o.device.index)
-        if found:
-            return admit(CUDA, f"cuda, {tuple(o.shape)} ({MODULE}: {found.reason})", MODULE)
-        why_not = f"{MODULE}: {found.reason}"
-    return admit(TRITON, f"{where.reason}, triton, {tuple(o.shape)} ({why_not})")
+    runs, note = cuda_kernel_runs(MODULE, o, why_not is None)
+    if runs:
+        return admit(CUDA, f"cuda, {tuple(o.shape)}{note}", MODULE)
+    return admit(TRITON, f"{where.reason}, triton, {tuple(o.shape)}{note or f' ({why_not})'}")
 
 
 def inverse_rope_quant_fp8_admission(
