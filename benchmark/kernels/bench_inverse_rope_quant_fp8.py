@@ -43,8 +43,9 @@ LAYERS = 40
 OP = "inverse_rope_quant_fp8"
 SWEEP_BLOCK_GROUPS = (1, 2, 4, 8, 16, 32)
 SWEEP_WARPS = (1, 2, 4, 8)
+SWEEP_WARP_GROUPS = (1, 2, 4)
 """The Triton kernel's launch shapes in the sweep (groups a program x warps); the CUDA
-kernel's: SWEEP_WARPS warps a CTA, one group a warp."""
+kernel's: SWEEP_WARPS warps a CTA x SWEEP_WARP_GROUPS groups a warp."""
 
 
 def sglang_chain(rope, quant, o, freqs_cis, positions, groups):
@@ -108,8 +109,8 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
 
 def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
     """Both our kernels at every launch shape (Triton: groups per program x warps; CUDA: warps a
-    CTA), each checked bitwise against the default launch first: the shape must not change
-    the bits."""
+    CTA x groups a warp), each checked bitwise against the default launch first: the shape must
+    not change the bits."""
     call, shape = bench_call(tokens, groups, padded)
     table, positions = call.freqs_cis, call.positions
     want_o = same_layout(call.o)
@@ -127,10 +128,11 @@ def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
         ))
         for arm, g, w in triton_shapes
     ] + [
-        (f"cuda {w} warps", lambda o, out, w=w: launch_cuda(
-            o, table, positions, *out, rotate_o=True, warps=w
+        (f"cuda {w} warps x {g} groups", lambda o, out, w=w, g=g: launch_cuda(
+            o, table, positions, *out, rotate_o=True, warps=w, groups=g
         ))
         for w in SWEEP_WARPS
+        for g in SWEEP_WARP_GROUPS
         if kernel == CUDA  # sm_90+ with the module at hand
     ]  # fmt: skip
     records = []

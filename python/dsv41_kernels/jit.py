@@ -284,6 +284,51 @@ def sm_major(device_index: int) -> int:
     return device_capability(device_index)[0]
 
 
+def dependent_launch(device) -> bool:
+    """Whether kernels on ``device`` launch as programmatic dependent launches (PDL): compiled
+    kernels on an NVIDIA GPU of sm_90 or later, as SGLang's own kernels launch there. Such a
+    kernel may start while the previous one on the stream finishes and waits for it
+    (``griddepcontrol.wait``) before its first global access."""
+    import torch
+
+    from dsv41_kernels.interpreter import triton_interpreter
+
+    device = torch.device(device)
+    if device.type != "cuda" or torch.version.hip or triton_interpreter():
+        return False
+    return sm_major(_index(device)) >= 9
+
+
+RESIDENT_WARPS_PER_SM = 16
+"""Warps an SM surely holds at once of a kernel of at most 128 registers a thread and little
+shared memory: 16 such warps fill its 64 K registers (Hopper and Blackwell hold up to 64 warps
+when the registers allow). Heavier kernels must not use :func:`one_wave`."""
+
+
+def one_wave(programs: int, num_warps: int, device) -> bool:
+    """Whether a grid of ``programs`` programs of ``num_warps`` warps of a light kernel
+    (:data:`RESIDENT_WARPS_PER_SM`) is surely resident on ``device`` at once. A dependent launch
+    of one wave lets the next launch start as it starts (``gdc_launch_dependents``); one of
+    several waves does not: on the H200 a kernel of 24576 CTAs that did so took twice as long."""
+    import torch
+
+    device = torch.device(device)
+    return programs * num_warps <= RESIDENT_WARPS_PER_SM * _multiprocessors(_index(device))
+
+
+def _index(device) -> int:
+    import torch
+
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+@functools.cache
+def _multiprocessors(device_index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
 @functools.cache
 def module_available(name: str, device_index: int) -> ModuleAvailability:
     """Whether module ``name`` can be had for CUDA device ``device_index``, from where or why

@@ -45,7 +45,8 @@
 //
 // Launch: grid (m·C + padding CTAs), cluster (C, 1, 1), a programmatic dependent launch (as
 // SGLang's own kernels on Hopper; every CTA waits for the previous kernel before its first global
-// access), on tvm-ffi's stream for x's device; no allocation, no host sync (CUDA-graph capturable).
+// access, and a grid of one wave lets the next launch start at once), on tvm-ffi's stream for x's
+// device; no allocation, no host sync (CUDA-graph capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -100,6 +101,7 @@ struct Params {
   int padded_cols;  // rup(cols, 4)
   float h_float;
   float eps;
+  bool one_wave;  // the grid is resident at once: let the next launch start early
 };
 
 // fp32 arithmetic with exactly one IEEE rounding, whatever the compiler flags: PTX instructions
@@ -212,7 +214,8 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
   __shared__ alignas(8) uint64_t arrived;  // the exchange's mbarrier (C > 1)
   const int cluster = static_cast<int>(blockIdx.x) / C;
   wait_for_previous_grid();  // a dependent launch: no global access before
-  if (cluster >= p.rows) {   // a padding CTA (only launched with QUANTIZE)
+  if (p.one_wave) allow_next_grid();
+  if (cluster >= p.rows) {  // a padding CTA (only launched with QUANTIZE)
     if constexpr (QUANTIZE) zero_padding_rows(p, blockIdx.x - static_cast<unsigned>(p.rows * C));
     return;
   }
@@ -447,14 +450,16 @@ Checked checked_params(const TensorView& x, const TensorView& pre, const TensorV
 }
 
 template <int C, int ITEMS, bool QUANTIZE>
-void launch(const Params& p, int threads, cudaStream_t stream) {
+void launch(Params p, int threads, cudaStream_t stream) {
   const int words = 32 * p.padded_cols;  // of one 128-row scale tile
   const int per_cta = threads * kPadWords;
   const int pad_ctas =
       QUANTIZE && p.rows % 128 != 0 ? ((words + per_cta - 1) / per_cta + C - 1) / C * C : 0;
+  const int ctas = p.rows * C + pad_ctas;
+  p.one_wave = one_wave(hc_combine_norm_kernel<C, ITEMS, QUANTIZE>, ctas, threads, 0, C);
   launch_in_clusters("hc_combine_norm", hc_combine_norm_kernel<C, ITEMS, QUANTIZE>,
-                     dim3(static_cast<unsigned>(p.rows * C + pad_ctas)),
-                     dim3(static_cast<unsigned>(threads)), C, /*dependent=*/true, stream, p);
+                     dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), C,
+                     /*dependent=*/true, stream, p);
 }
 
 template <int C, bool QUANTIZE>

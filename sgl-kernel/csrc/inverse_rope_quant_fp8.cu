@@ -1,12 +1,14 @@
-// Inverse RoPE and FP8 group quantization of the attention output, one warp a 128-value group.
+// Inverse RoPE and FP8 group quantization of the attention output, a warp per 1, 2 or 4
+// 128-value groups.
 //
 // Why CUDA: SGLang's two kernels on this path are programmatic dependent launches on Hopper,
 // which in a chain of launches hides most of the gap between kernels; a CUDA launch can do the
 // same (the Triton kernel of python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py is
 // launched plainly). On the H200 this kernel alone, as an ordinary launch, was no faster than
-// the Triton one (1.7-1.8 us at T = 6); as a dependent launch it takes 1.5-1.65
-// (docs/performance.md). Only a warp whose group holds rope values loads the position and the
-// table; the other three quarters of the groups are a load, a warp maximum and a store.
+// the Triton one (1.7-1.8 us at T = 6); as a dependent launch it takes 1.5-1.65, 1.14-1.29 when
+// it also lets the next launch start as it starts (docs/performance.md). Only the lanes of rope
+// pairs load the position and the table; the other three quarters of the groups are a load, a
+// warp maximum and a store.
 //
 // Contract (bitwise, the one of the Python op: python/dsv41_kernels/reference/
 // inverse_rope_quant.py), o bf16 [T, H, head_dim] with head_dim % 128 == 0, rope_dim % 4 == 0:
@@ -21,15 +23,16 @@
 // Outputs: codes [T, H * head_dim] bytes (a group's 128 at group * 128), scales fp32
 // [T, H * head_dim / 128], both contiguous; with rotate_o the rotated rope words back into o.
 //
-// Layout: warp w of CTA (t, b) owns group g = b * WARPS + w of token t; lane l owns values
-// 4l..4l+3 of it: two (even, odd) pairs, one 8-byte load of o, one 16-byte load of
-// (c, s) for its two rope pairs, one 4-byte store of codes. Lanes of a group agree on amax
-// through a butterfly of integer maxima (order-free: the maximum is exact).
+// Layout: warp w of CTA (t, b) owns groups g = (b * WARPS + w) * GROUPS + j, j < GROUPS, of
+// token t; lane l owns values 4l..4l+3 of each: two (even, odd) pairs, one 8-byte load of o, one
+// 16-byte load of (c, s) for its two rope pairs, one 4-byte store of codes. Lanes of a group
+// agree on amax through one integer warp maximum (order-free: the maximum is exact).
 //
-// Launch: grid (T, ceil(groups_per_token / WARPS)), WARPS * 32 threads, a programmatic dependent
-// launch (as SGLang's two kernels are on Hopper: nothing is read or written before the previous
-// kernel's end) on tvm-ffi's stream for o's device (the token from the grid and 32-bit index
-// arithmetic: no 64-bit division ahead of the first load); no allocation, no host sync (CUDA-graph
+// Launch: grid (T, ceil(groups_per_token / (WARPS * GROUPS))), WARPS * 32 threads, a
+// programmatic dependent launch (as SGLang's two kernels are on Hopper: nothing is read or
+// written before the previous kernel's end; a grid of one wave lets the next launch start at
+// once) on tvm-ffi's stream for o's device (the token from the grid and 32-bit index arithmetic:
+// no 64-bit division ahead of the first load); no allocation, no host sync (CUDA-graph
 // capturable).
 
 #include <cuda_runtime.h>
@@ -69,6 +72,7 @@ struct Params {
   unsigned groups_per_token;
   unsigned groups_per_head;
   int rope_first_pair;  // (head_dim - rope_dim) / 2: the head's first rope pair
+  bool one_wave;        // the grid is resident at once: let the next launch start early
 };
 
 __device__ __forceinline__ float lower_bf16(uint32_t word) { return __uint_as_float(word << 16); }
@@ -110,69 +114,111 @@ __device__ __forceinline__ uint32_t rotate(uint32_t word, float c, float s) {
   return (i << 16) | r;
 }
 
-template <typename Position, int WARPS, bool ROTATE_O>
+// A warp's GROUPS groups, all loads issued before any is used: at one group a warp the kernel
+// is one chain of latencies (the position, then the table); at several the chains overlap.
+template <typename Position, int WARPS, int GROUPS, bool ROTATE_O>
 __global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(const Params p) {
   const int lane = threadIdx.x % 32;
-  const unsigned group = blockIdx.y * WARPS + threadIdx.x / 32;
-  if (group >= p.groups_per_token) return;
+  const unsigned first = (blockIdx.y * WARPS + threadIdx.x / 32) * GROUPS;
+  if (first >= p.groups_per_token) return;
   const int64_t token = blockIdx.x;
-  const int64_t n = token * p.groups_per_token + group;  // the group's index in codes / scales
-  const unsigned head = group / p.groups_per_head;
-  const int first_pair = (group % p.groups_per_head) * (kGroup / 2) + 2 * lane;  // in the head
-  uint32_t* o = p.o + token * p.o_token_stride + head * p.o_head_stride + first_pair;
+  uint32_t* o[GROUPS];
+  int first_pair[GROUPS];  // the lane's first pair in its head
+  bool real[GROUPS], rope[GROUPS];
+  bool any_rope = false;
+#pragma unroll
+  for (int j = 0; j < GROUPS; ++j) {
+    const unsigned group = first + j;
+    real[j] = group < p.groups_per_token;
+    first_pair[j] = (group % p.groups_per_head) * (kGroup / 2) + 2 * lane;
+    o[j] = p.o + token * p.o_token_stride + (group / p.groups_per_head) * p.o_head_stride +
+           first_pair[j];
+    // rope_first_pair is even and so is first_pair: a lane's two pairs are rope or not together.
+    rope[j] = real[j] && first_pair[j] >= p.rope_first_pair;
+    any_rope |= rope[j];
+  }
   wait_for_previous_grid();
-  uint2 words = *reinterpret_cast<const uint2*>(o);
-
-  // rope_first_pair is even and so is first_pair: a lane's two pairs are rope or not together.
-  const bool rope = first_pair >= p.rope_first_pair;
-  if (rope) {
+  if (p.one_wave) allow_next_grid();
+  uint2 words[GROUPS];
+#pragma unroll
+  for (int j = 0; j < GROUPS; ++j) {
+    if (real[j]) words[j] = *reinterpret_cast<const uint2*>(o[j]);
+  }
+  if (any_rope) {
     const int64_t position =
         static_cast<int64_t>(static_cast<const Position*>(p.positions)[token * p.position_stride]);
     const bool inside = position >= 0 && position < p.table_rows;
-    const float4 cs = p.freqs[(inside ? position : 0) * p.freqs_row_stride +
-                              (first_pair - p.rope_first_pair) / 2];
+    const float4* row = p.freqs + (inside ? position : 0) * p.freqs_row_stride;
+    float4 cs[GROUPS];
+#pragma unroll
+    for (int j = 0; j < GROUPS; ++j) {
+      if (rope[j]) cs[j] = row[(first_pair[j] - p.rope_first_pair) / 2];
+    }
     const float nan = __uint_as_float(0x7FC00000u);
-    words.x = rotate(words.x, inside ? cs.x : nan, inside ? cs.y : nan);
-    words.y = rotate(words.y, inside ? cs.z : nan, inside ? cs.w : nan);
-    if (ROTATE_O) *reinterpret_cast<uint2*>(o) = words;
-  }
-  const float y[kLaneValues] = {lower_bf16(words.x), upper_bf16(words.x), lower_bf16(words.y),
-                                upper_bf16(words.y)};
-  uint32_t amax_bits = 0;
 #pragma unroll
-  for (int k = 0; k < kLaneValues; ++k) amax_bits = max(amax_bits, magnitude(y[k]));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, offset));
+    for (int j = 0; j < GROUPS; ++j) {
+      if (!rope[j]) continue;
+      words[j].x = rotate(words[j].x, inside ? cs[j].x : nan, inside ? cs[j].y : nan);
+      words[j].y = rotate(words[j].y, inside ? cs[j].z : nan, inside ? cs[j].w : nan);
+      if (ROTATE_O) *reinterpret_cast<uint2*>(o[j]) = words[j];
+    }
   }
-  const float amax = fmaxf(__uint_as_float(amax_bits), __uint_as_float(kAmaxFloor));
-  const float multiplier = div_approx_ftz(448.0f, amax);
-  const uint32_t low = e4m3_pair(__fmul_rn(y[1], multiplier), __fmul_rn(y[0], multiplier));
-  const uint32_t high = e4m3_pair(__fmul_rn(y[3], multiplier), __fmul_rn(y[2], multiplier));
-  p.codes[n * (kGroup / 4) + lane] = (high << 16) | low;
-  if (lane == 0) p.scales[n] = __fmul_rn(amax, __uint_as_float(kRcp448));
+#pragma unroll
+  for (int j = 0; j < GROUPS; ++j) {
+    if (!real[j]) continue;
+    const float y[kLaneValues] = {lower_bf16(words[j].x), upper_bf16(words[j].x),
+                                  lower_bf16(words[j].y), upper_bf16(words[j].y)};
+    uint32_t amax_bits = 0;
+#pragma unroll
+    for (int k = 0; k < kLaneValues; ++k) amax_bits = max(amax_bits, magnitude(y[k]));
+    // Whole warps reach here (real[j] is the same in every lane): one redux.sync maximum.
+    amax_bits = __reduce_max_sync(0xFFFFFFFFu, amax_bits);
+    const float amax = fmaxf(__uint_as_float(amax_bits), __uint_as_float(kAmaxFloor));
+    const float multiplier = div_approx_ftz(448.0f, amax);
+    const uint32_t low = e4m3_pair(__fmul_rn(y[1], multiplier), __fmul_rn(y[0], multiplier));
+    const uint32_t high = e4m3_pair(__fmul_rn(y[3], multiplier), __fmul_rn(y[2], multiplier));
+    const int64_t n = token * p.groups_per_token + first + j;  // the group's codes and scale
+    p.codes[n * (kGroup / 4) + lane] = (high << 16) | low;
+    if (lane == 0) p.scales[n] = __fmul_rn(amax, __uint_as_float(kRcp448));
+  }
+}
+
+template <typename Position, int WARPS, int GROUPS>
+void launch(Params p, bool rotate_o, cudaStream_t stream) {
+  constexpr unsigned kPerCta = WARPS * GROUPS;
+  const dim3 grid(static_cast<unsigned>(p.tokens), (p.groups_per_token + kPerCta - 1) / kPerCta);
+  const auto kernel = rotate_o ? inverse_rope_quant_fp8_kernel<Position, WARPS, GROUPS, true>
+                               : inverse_rope_quant_fp8_kernel<Position, WARPS, GROUPS, false>;
+  p.one_wave = one_wave(kernel, int64_t{grid.x} * grid.y, WARPS * 32);
+  launch_in_clusters("inverse_rope_quant_fp8", kernel, grid, dim3(WARPS * 32), /*cluster=*/0,
+                     /*dependent=*/true, stream, p);
 }
 
 template <typename Position, int WARPS>
-void launch(const Params& p, bool rotate_o, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.tokens), (p.groups_per_token + WARPS - 1) / WARPS);
-  launch_in_clusters("inverse_rope_quant_fp8",
-                     rotate_o ? inverse_rope_quant_fp8_kernel<Position, WARPS, true>
-                              : inverse_rope_quant_fp8_kernel<Position, WARPS, false>,
-                     grid, dim3(WARPS * 32), /*cluster=*/0, /*dependent=*/true, stream, p);
+void launch_groups(const Params& p, int groups, bool rotate_o, cudaStream_t stream) {
+  switch (groups) {
+    case 1:
+      return launch<Position, WARPS, 1>(p, rotate_o, stream);
+    case 2:
+      return launch<Position, WARPS, 2>(p, rotate_o, stream);
+    case 4:
+      return launch<Position, WARPS, 4>(p, rotate_o, stream);
+    default:
+      TVM_FFI_THROW(ValueError) << "groups = " << groups << " must be 1, 2 or 4";
+  }
 }
 
 template <typename Position>
-void launch_warps(const Params& p, int warps, bool rotate_o, cudaStream_t stream) {
+void launch_warps(const Params& p, int warps, int groups, bool rotate_o, cudaStream_t stream) {
   switch (warps) {
     case 1:
-      return launch<Position, 1>(p, rotate_o, stream);
+      return launch_groups<Position, 1>(p, groups, rotate_o, stream);
     case 2:
-      return launch<Position, 2>(p, rotate_o, stream);
+      return launch_groups<Position, 2>(p, groups, rotate_o, stream);
     case 4:
-      return launch<Position, 4>(p, rotate_o, stream);
+      return launch_groups<Position, 4>(p, groups, rotate_o, stream);
     case 8:
-      return launch<Position, 8>(p, rotate_o, stream);
+      return launch_groups<Position, 8>(p, groups, rotate_o, stream);
     default:
       TVM_FFI_THROW(ValueError) << "warps = " << warps << " must be 1, 2, 4 or 8";
   }
@@ -184,10 +230,11 @@ void launch_warps(const Params& p, int warps, bool rotate_o, cudaStream_t stream
 // of 4 values, 8-byte aligned); freqs fp32 [rows, rope_dim] (the complex64 table viewed as
 // fp32, rope_dim % 4 == 0, rows 16-byte aligned, last stride 1); positions int32/int64 [T];
 // codes 1-byte [T, H * head_dim] and scales fp32 [T, H * head_dim / 128], both contiguous.
-// warps: per CTA, 1, 2, 4 or 8 (0: the default 4); the bits do not depend on it.
+// warps: per CTA, 1, 2, 4 or 8 (0: the default 4); groups: per warp, 1, 2 or 4; the bits
+// depend on neither.
 void inverse_rope_quant_fp8_cuda(TensorView o, TensorView freqs, TensorView positions,
-                                 TensorView codes, TensorView scales, bool rotate_o,
-                                 int64_t warps) {
+                                 TensorView codes, TensorView scales, bool rotate_o, int64_t warps,
+                                 int64_t groups) {
   check_tensor(o, "o", {kAnySize, kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kAny, 8);
   const int64_t tokens = o.size(0), heads = o.size(1), head_dim = o.size(2);
   const int device = o.device().device_id;
@@ -231,9 +278,9 @@ void inverse_rope_quant_fp8_cuda(TensorView o, TensorView freqs, TensorView posi
   tvm::ffi::CUDADeviceGuard guard(device);
   const cudaStream_t stream = env_stream(device);
   if (is_dtype(positions, kDLInt, 32)) {
-    launch_warps<int32_t>(p, static_cast<int>(warps), rotate_o, stream);
+    launch_warps<int32_t>(p, static_cast<int>(warps), static_cast<int>(groups), rotate_o, stream);
   } else {
-    launch_warps<int64_t>(p, static_cast<int>(warps), rotate_o, stream);
+    launch_warps<int64_t>(p, static_cast<int>(warps), static_cast<int>(groups), rotate_o, stream);
   }
 }
 

@@ -23,8 +23,8 @@ from elsewhere (the query's RoPE, every FP8 linear's activations, DSpark's draft
 those go straight to SGLang's function and are not counted. The layer's ``o`` is rebuilt from
 the ``q`` SGLang passes (its rope tail, ``o[..., -rope_dim:]``: same strides, the offset of the
 nope values before it). The ``wo_a`` switch turns the three hooks off together; :mod:`.measured`
-declines the site where the H200 measured SGLang's chain faster (TP 1 from 25 tokens, TP 2 / 4
-above 96: ``benchmark/call_sites.py --sites wo_a``).
+would decline the site where a GPU measured SGLang's chain faster, and has no entry for it: on
+the H200 ours is faster at every T and TP measured (``benchmark/call_sites.py --sites wo_a``).
 """
 
 from __future__ import annotations

@@ -26,8 +26,9 @@ e4m3 values and fp32 scales in one launch, optionally writing the rotated values
 Kernels (the admission's ``kernel``; both give the same bits):
 
 - ``cuda``: ``sgl-kernel/csrc/inverse_rope_quant_fp8.cu`` on sm_90+ for SGLang's group size
-  128: a warp a group, only the warps of rope groups waiting on the position and the table,
-  launched as SGLang launches its own two kernels on Hopper (a programmatic dependent launch).
+  128: a warp a group (several when the grid would not be resident at once), only the lanes of
+  rope pairs waiting on the position and the table, launched as SGLang launches its own two
+  kernels on Hopper (a programmatic dependent launch).
   It needs ``o`` 8-byte aligned with token and head strides of 4 values, table rows 16-byte
   aligned with unit last stride and an even width, and the module at hand (prebuilt, cached or
   built now);
@@ -68,7 +69,7 @@ from dsv41_kernels.admission import (
     triton_device,
 )
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import device_capability, load_module
+from dsv41_kernels.jit import device_capability, load_module, one_wave
 from dsv41_kernels.ops.quantization.mxfp8_encode import e4m3_rne_satfinite
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -89,6 +90,9 @@ CUDA = "cuda"
 MODULE = "inverse_rope_quant_fp8"  # sgl-kernel/csrc/inverse_rope_quant_fp8.cu
 CUDA_GROUP_SIZE = 128
 CUDA_MAX_GROUPS_PER_TOKEN = 65535  # the CUDA grid's y limit
+CUDA_GROUPS_PER_WARP = 2
+"""Groups a warp of the CUDA kernel takes when a warp a group would not be resident at once:
+their loads overlap, where one group a warp is one chain of latencies."""
 # Kernels see module constants only as constexpr.
 _AMAX_FLOOR_BITS = tl.constexpr(AMAX_FLOOR_BITS)
 _RCP_448_BITS = tl.constexpr(RCP_448_BITS)
@@ -397,10 +401,18 @@ def launch(
         )
 
 
-def launch_cuda(o, freqs_cis, positions, codes, scales, *, rotate_o: bool, warps: int = 0):
+def launch_cuda(
+    o, freqs_cis, positions, codes, scales, *, rotate_o: bool, warps: int = 0, groups: int = 0
+):
     """The CUDA kernel on admitted arguments with at least one token (``warps``: per CTA, 1, 2,
-    4 or 8, 0 for its default; tuning: every count gives the same bits)."""
+    4 or 8, 0 for its default; ``groups``: per warp, 1, 2 or 4, 0 for one while a warp a group
+    is surely resident at once (:func:`dsv41_kernels.jit.one_wave`, a bound below the kernel's
+    own occupancy) and :data:`CUDA_GROUPS_PER_WARP` beyond; tuning: every shape gives the same
+    bits)."""
     tokens = o.shape[0]
+    if groups == 0:
+        resident = one_wave(codes.numel() // 128, 1, o.device)  # warps at one group a warp
+        groups = 1 if resident else CUDA_GROUPS_PER_WARP
     module = load_module(MODULE, o.device.index)
     module.inverse_rope_quant_fp8_cuda(
         o,
@@ -410,6 +422,7 @@ def launch_cuda(o, freqs_cis, positions, codes, scales, *, rotate_o: bool, warps
         scales.view(tokens, -1),
         rotate_o,
         warps,
+        groups,
     )
 
 

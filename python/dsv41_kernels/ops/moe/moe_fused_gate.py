@@ -6,10 +6,11 @@ takes the routing as packed ids. Packing in a second launch costs one launch per
 the router writes ``(id << 16) | bf16_bits(weight)`` from the values it already holds.
 
 Contract: :func:`moe_fused_gate` computes :func:`dsv41_kernels.reference.vision_topk` in one
-Triton launch (scores ``sqrt(softplus(logit))`` in fp32, selection by the biased score with the
-lowest expert id first on ties and NaN above every number, weights from the unbiased scores).
-With ``packed_out`` the same launch also writes :func:`pack_topk` of its own outputs, and the
-ids and weights are bit-identical with and without it.
+Triton launch, a program a token (scores ``sqrt(softplus(logit))`` in fp32, selection by the
+biased score with the lowest expert id first on ties and NaN above every number, weights from
+the unbiased scores). With ``packed_out`` the same launch also writes :func:`pack_topk` of its
+own outputs, and the ids and weights are bit-identical with and without it. On sm_90+ it is a
+programmatic dependent launch, as SGLang's own router is there.
 
 Exactness: on a GPU the kernel takes exp and log1p from libdevice (the CUDA math library torch
 uses, subnormals kept), sqrt and division with IEEE rounding, no FMA contraction, and sums the
@@ -42,6 +43,7 @@ from dsv41_kernels.admission import (
     triton_device,
 )
 from dsv41_kernels.interpreter import serialized, triton_interpreter
+from dsv41_kernels.jit import dependent_launch, one_wave
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
@@ -183,7 +185,7 @@ def moe_fused_gate_admission(
     return _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
 
 
-_KEY_NONE = tl.constexpr(-(1 << 62))  # below every rank key: lanes past E, chosen experts
+_RANK_NONE = tl.constexpr(-(1 << 31))  # below every ordered score: lanes past E, chosen experts
 _NAN_RANK = tl.constexpr(0x7FFFFFFF)  # above +inf's bits: NaN ranks first
 _THRESHOLD = tl.constexpr(SOFTPLUS_THRESHOLD)
 
@@ -208,12 +210,6 @@ else:
     def _softplus(x):
         """softplus(x) in fp32 with the CUDA math library's expf and log1pf, as torch uses."""
         return tl.where(x > _THRESHOLD, x, libdevice.log1p(libdevice.exp(x)))
-
-
-@triton.jit
-def _larger_key(key_a, score_a, key_b, score_b):
-    a_wins = key_a > key_b
-    return tl.where(a_wins, key_a, key_b), tl.where(a_wins, score_a, score_b)
 
 
 @triton.jit
@@ -260,10 +256,19 @@ def _vision_router_kernel(
     WRITE_PACKED: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    PDL: tl.constexpr,
+    ONE_WAVE: tl.constexpr,
 ):
     """One token per program: ``score = sqrt(softplus(x))``, ``biased = score + bias``; the
     ``TOP_K - NUM_SHARED`` largest rank keys of ``biased`` (see ``reference.rank_keys``) are
-    taken one ``max`` at a time, each carrying its unbiased score as the weight."""
+    taken one at a time, each carrying its unbiased score as the weight. With ``PDL`` (a
+    programmatic dependent launch) nothing is read before the previous grid has finished, and
+    with ``ONE_WAVE`` (the grid is resident at once) the next dependent launch may start at
+    once (it waits for this grid the same way)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        if ONE_WAVE:
+            tl.extra.cuda.gdc_launch_dependents()
     row = tl.program_id(0).to(tl.int64)
     experts = tl.arange(0, BLOCK_E)
     is_expert = experts < NUM_EXPERTS
@@ -283,19 +288,26 @@ def _vision_router_kernel(
     bits = biased.to(tl.int32, bitcast=True)
     ordered = tl.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
     ordered = tl.where(biased != biased, _NAN_RANK, ordered)
-    key = ordered.to(tl.int64) * 65536 + (0xFFFF - experts)  # low 16 bits: 65535 - expert
-    key = tl.where(is_expert, key, _KEY_NONE)
+    ordered = tl.where(is_expert, ordered, _RANK_NONE)
+    score_bits = score.to(tl.int32, bitcast=True)
 
     slots = tl.arange(0, BLOCK_K)
     slot_ids = tl.zeros([BLOCK_K], dtype=tl.int32)
     slot_weights = tl.zeros([BLOCK_K], dtype=tl.float32)
     routed_sum = tl.full([], 0.0, tl.float32)
+    # Each slot is the reference's largest rank key taken as two int32 reductions (the largest
+    # ordered score, then the lowest expert holding it), which a warp does in one redux.sync each
+    # where the (int64 key, score) pair took shuffles; the weight's bits are summed out of the
+    # one lane holding them.
     for slot in tl.static_range(TOP_K - NUM_SHARED):
-        best_key, best_score = tl.reduce((key, score), 0, _larger_key)
-        key = tl.where(key == best_key, _KEY_NONE, key)
-        slot_ids = tl.where(slots == slot, (0xFFFF - (best_key & 0xFFFF)).to(tl.int32), slot_ids)
-        slot_weights = tl.where(slots == slot, best_score, slot_weights)
-        routed_sum = routed_sum + best_score  # left to right in selection order, as the reference
+        best = tl.max(ordered, 0)
+        expert = tl.min(tl.where(ordered == best, experts, BLOCK_E), 0)
+        chosen = experts == expert
+        weight = tl.sum(tl.where(chosen, score_bits, 0), 0).to(tl.float32, bitcast=True)
+        ordered = tl.where(chosen, _RANK_NONE, ordered)
+        slot_ids = tl.where(slots == slot, expert, slot_ids)
+        slot_weights = tl.where(slots == slot, weight, slot_weights)
+        routed_sum = routed_sum + weight  # left to right in selection order, as the reference
 
     if NUM_SHARED > 0:
         is_shared = (slots >= TOP_K - NUM_SHARED) & (slots < TOP_K)
@@ -345,7 +357,8 @@ _PACK_BLOCK = 1024
 
 
 def _num_warps(block_experts: int) -> int:
-    # One warp keeps the per-slot max on warp shuffles; wider rows spread over more warps.
+    # One warp keeps each slot's reductions inside the warp (redux.sync); wider rows spread over
+    # more warps.
     return max(1, min(8, block_experts // 512))
 
 
@@ -358,6 +371,8 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
     has_alt = bias_alt is not None
     # Pointers a constexpr switches off get a placeholder tensor: never read or written.
     packed = packed_out if packed_out is not None else out_ids
+    pdl = dependent_launch(logits.device)
+    num_warps = _num_warps(block_experts)
     with serialized():
         _vision_router_kernel[(num_tokens,)](
             logits,
@@ -393,7 +408,10 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
             WRITE_PACKED=packed_out is not None,
             BLOCK_E=block_experts,
             BLOCK_K=triton.next_power_of_2(options.top_k),
-            num_warps=_num_warps(block_experts),
+            PDL=pdl,
+            ONE_WAVE=pdl and one_wave(num_tokens, num_warps, logits.device),
+            num_warps=num_warps,
+            launch_pdl=pdl,
             **_EXACT_OPTIONS,
         )
 
