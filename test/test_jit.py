@@ -264,7 +264,7 @@ def test_dependent_launches_only_where_the_gpu_has_them(monkeypatch):
     assert jit.dependent_launch("cuda:0")
     monkeypatch.setattr(jit, "device_capability", lambda index: (8, 0))
     assert not jit.dependent_launch("cuda:0")
-    monkeypatch.setattr(jit, "_multiprocessors", lambda index: 132)
+    monkeypatch.setattr(jit, "multiprocessors", lambda index: 132)
     limit = jit.RESIDENT_WARPS_PER_SM * 132
     assert jit.one_wave(limit, 1, "cuda:0") and not jit.one_wave(limit + 1, 1, "cuda:0")
     assert jit.one_wave(limit // 4, 4, "cuda:0") and not jit.one_wave(limit // 4 + 1, 4, "cuda:0")

@@ -296,7 +296,7 @@ def dependent_launch(device) -> bool:
     device = torch.device(device)
     if device.type != "cuda" or torch.version.hip or triton_interpreter():
         return False
-    return sm_major(_index(device)) >= 9
+    return sm_major(cuda_index(device)) >= 9
 
 
 RESIDENT_WARPS_PER_SM = 16
@@ -313,17 +313,19 @@ def one_wave(programs: int, num_warps: int, device) -> bool:
     import torch
 
     device = torch.device(device)
-    return programs * num_warps <= RESIDENT_WARPS_PER_SM * _multiprocessors(_index(device))
+    return programs * num_warps <= RESIDENT_WARPS_PER_SM * multiprocessors(cuda_index(device))
 
 
-def _index(device) -> int:
+def cuda_index(device) -> int:
+    """A CUDA ``torch.device``'s index, the current device's when it names none."""
     import torch
 
     return device.index if device.index is not None else torch.cuda.current_device()
 
 
 @functools.cache
-def _multiprocessors(device_index: int) -> int:
+def multiprocessors(device_index: int) -> int:
+    """A CUDA device's SM count (cached: launch shapes ask on every call)."""
     import torch
 
     return torch.cuda.get_device_properties(device_index).multi_processor_count

@@ -58,6 +58,7 @@
 
 #include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
+#include "float_bits.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -143,15 +144,6 @@ __device__ __forceinline__ float mul_ftz(float a, float b) {
 __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
-
-// Two fp32 -> e4m3x2 codes (lo in the low byte), RNE, finite overflow and ±Inf saturated.
-__device__ __forceinline__ uint32_t e4m3x2_rn(float lo, float hi) {
-  uint16_t d;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
   return d;
 }
 

@@ -44,6 +44,7 @@
 #include <cstdint>
 
 #include "cluster_launch.cuh"
+#include "float_bits.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -75,11 +76,6 @@ struct Params {
   bool one_wave;        // the grid is resident at once: let the next launch start early
 };
 
-__device__ __forceinline__ float lower_bf16(uint32_t word) { return __uint_as_float(word << 16); }
-__device__ __forceinline__ float upper_bf16(uint32_t word) {
-  return __uint_as_float(word & 0xFFFF0000u);
-}
-
 // fp32 -> bf16 bits to nearest even, NaN -> 0x7FFF, in integers (as the Triton kernel's).
 __device__ __forceinline__ uint32_t bf16_bits(float v) {
   const uint32_t bits = v != v ? kBf16NanBits : __float_as_uint(v);
@@ -92,13 +88,6 @@ __device__ __forceinline__ uint32_t magnitude(float v) {
   return bits > 0x7F800000u ? 0u : bits;
 }
 
-// (e4m3(high) << 8) | e4m3(low), to nearest even, saturating, NaN -> 0x7F.
-__device__ __forceinline__ uint32_t e4m3_pair(float high, float low) {
-  uint16_t pair;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(high), "f"(low));
-  return pair;
-}
-
 __device__ __forceinline__ float div_approx_ftz(float a, float b) {
   float q;
   asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
@@ -107,7 +96,7 @@ __device__ __forceinline__ float div_approx_ftz(float a, float b) {
 
 // One rope pair's rotation, as bf16 bits (real in the low half, imaginary in the high).
 __device__ __forceinline__ uint32_t rotate(uint32_t word, float c, float s) {
-  const float x_r = lower_bf16(word), x_i = upper_bf16(word);
+  const float x_r = bf16_lo(word), x_i = bf16_hi(word);
   const float minus_s_x_r = __uint_as_float(__float_as_uint(__fmul_rn(s, x_r)) ^ 0x80000000u);
   const uint32_t r = bf16_bits(__fmaf_rn(c, x_r, __fmul_rn(s, x_i)));
   const uint32_t i = bf16_bits(__fmaf_rn(c, x_i, minus_s_x_r));
@@ -166,8 +155,8 @@ __global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(cons
 #pragma unroll
   for (int j = 0; j < GROUPS; ++j) {
     if (!real[j]) continue;
-    const float y[kLaneValues] = {lower_bf16(words[j].x), upper_bf16(words[j].x),
-                                  lower_bf16(words[j].y), upper_bf16(words[j].y)};
+    const float y[kLaneValues] = {bf16_lo(words[j].x), bf16_hi(words[j].x), bf16_lo(words[j].y),
+                                  bf16_hi(words[j].y)};
     uint32_t amax_bits = 0;
 #pragma unroll
     for (int k = 0; k < kLaneValues; ++k) amax_bits = max(amax_bits, magnitude(y[k]));
@@ -175,8 +164,10 @@ __global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(cons
     amax_bits = __reduce_max_sync(0xFFFFFFFFu, amax_bits);
     const float amax = fmaxf(__uint_as_float(amax_bits), __uint_as_float(kAmaxFloor));
     const float multiplier = div_approx_ftz(448.0f, amax);
-    const uint32_t low = e4m3_pair(__fmul_rn(y[1], multiplier), __fmul_rn(y[0], multiplier));
-    const uint32_t high = e4m3_pair(__fmul_rn(y[3], multiplier), __fmul_rn(y[2], multiplier));
+    const float y1 = __fmul_rn(y[1], multiplier), y0 = __fmul_rn(y[0], multiplier);
+    const uint32_t low = e4m3x2_rn(y0, y1);
+    const float y3 = __fmul_rn(y[3], multiplier), y2 = __fmul_rn(y[2], multiplier);
+    const uint32_t high = e4m3x2_rn(y2, y3);
     const int64_t n = token * p.groups_per_token + first + j;  // the group's codes and scale
     p.codes[n * (kGroup / 4) + lane] = (high << 16) | low;
     if (lane == 0) p.scales[n] = __fmul_rn(amax, __uint_as_float(kRcp448));

@@ -92,13 +92,19 @@ def _refusal(entry: SlowerThanSGLang) -> Admission:
     return refuse(f"measured slower than SGLang 0.5.23 here: {entry.figures}")
 
 
+@functools.cache
+def _named_archs(switch: str) -> frozenset[int]:
+    """The architectures an entry of ``switch`` names (its ``None`` entries cover the rest)."""
+    return frozenset(e.sm_major for e in SLOWER if e.switch == switch and e.sm_major is not None)
+
+
 def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
     """The refusal where ``switch`` measured slower than SGLang's own function for ``rows``
     (its leading dimension is the row count; its device, the GPU), else None."""
     if forced(switch):
         return None
     arch = sm_major(rows.device.index) if rows.is_cuda else None
-    named = {e.sm_major for e in SLOWER if e.switch == switch and e.sm_major is not None}
+    named = _named_archs(switch)
     for entry in SLOWER:
         if (
             entry.switch == switch

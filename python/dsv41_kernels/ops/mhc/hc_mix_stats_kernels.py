@@ -10,7 +10,6 @@ Sinkhorn. Launch shapes come from :func:`split_k_config`.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -18,7 +17,7 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import load_module, sm_major
+from dsv41_kernels.jit import cuda_index, load_module, multiprocessors, sm_major
 from dsv41_kernels.ops.mhc.hc_derived_weights import LO_COLUMN, PACKED_COLUMNS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
 
@@ -101,11 +100,10 @@ def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = Fals
     return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
 
 
-@functools.cache
 def num_sms(device: torch.device) -> int:
     if device.type != "cuda":
         return _INTERPRETER_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
+    return multiprocessors(cuda_index(device))
 
 
 @triton.jit(do_not_specialize=["m", "zero"])
