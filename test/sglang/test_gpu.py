@@ -183,6 +183,22 @@ def test_vision_router_declines_and_sglang_packs(plugin, fired, runner):
     assert all(reason.startswith("measured slower") for reason in counts["sglang"])
 
 
+def test_vision_router_fires_where_it_measured_faster(plugin, fired):
+    """Unforced, the hook takes 1024 tokens on SM90 (measured faster there) and declines 1023."""
+    from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
+    from dsv41_kernels.jit import sm_major
+
+    if sm_major(torch.cuda.current_device()) != 9:
+        pytest.skip("measured on the H200 only: the hook declines on other GPUs")
+    moe = callers.vision_moe(torch.Generator().manual_seed(3), "cuda")
+    for tokens in (1023, 1024):
+        ours, theirs = route(moe, tokens, tokens)
+        assert torch.equal(ours.topk_ids, theirs.topk_ids)
+        assert int(fp32_ulp_distance(ours.topk_weights, theirs.topk_weights).max()) <= 2
+    counts = fired()["router.vision_topk"]
+    assert counts["ours"] == 1 and sum(counts["sglang"].values()) == 1
+
+
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
 def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner):
     from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
