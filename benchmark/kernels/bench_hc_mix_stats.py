@@ -26,7 +26,16 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-from common import parser, record, report, sglang_arm, sglang_module, timed, write_json
+from common import (
+    SGLANG_ARM,
+    parser,
+    record,
+    report,
+    sglang_arm,
+    sglang_module,
+    timed,
+    write_json,
+)
 
 from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
@@ -72,6 +81,23 @@ def sglang_sm90(x, fn, scale, base):
         return split_k_then_sinkhorn, None
     parts = mhc.split_bf16_hc_weight(fn)  # built at load by SGLang's post-load step
     return lambda: mhc.hc_mix_stats_sinkhorn_bf16x3(x, parts, scale, base, 20, 1e-6, 1e-6), None
+
+
+def derived_weight_bytes(hidden: int) -> list[dict]:
+    """What each side keeps per ``fn`` beside it: our residual ``lo``, SGLang's bf16 parts
+    (``split_bf16_hc_weight``, made by its post-load step); ``us`` is None, ``bytes`` the size."""
+    fn = example_inputs(1, hidden, device="cuda", seed=0)[1]
+    shape = f"fn [24, {4 * hidden}] fp32"
+    records = [
+        record("hc_mix_stats weights", shape, "ours", None, bytes=HcDerivedWeights(fn).lo.nbytes)
+    ]
+    mhc, why = sglang_module(SGLANG_MHC)
+    if mhc is None:
+        return records + [record("hc_mix_stats weights", shape, SGLANG_ARM, None, error=why)]
+    parts = mhc.split_bf16_hc_weight(fn)
+    parts = parts if isinstance(parts, (tuple, list)) else (parts,)
+    size = sum(t.nbytes for t in parts)
+    return records + [record("hc_mix_stats weights", shape, SGLANG_ARM, None, bytes=size)]
 
 
 def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
@@ -161,6 +187,11 @@ def main() -> None:
         for r in measure(m, hidden=HIDDEN, sweep=args.sweep)
     ]
     report([r for r in records if not r.get("sweep")], None, baseline="fp32 torch")
+    weights = derived_weight_bytes(HIDDEN)
+    for r in weights:
+        size = f"{r['bytes'] / 1e6:.2f} MB" if "bytes" in r else r.get("error")
+        print(f"derived weights per fn, {r['arm']}: {size}")
+    records += weights
     for (arm, m), target in TARGETS.items():
         r = next((r for r in records if r["shape"].startswith(f"m={m} ") and r["arm"] == arm), None)
         if r is not None and r["us"] is not None:

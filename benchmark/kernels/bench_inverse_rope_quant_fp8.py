@@ -11,7 +11,9 @@ at verify) and G = 2 / 4 / 8 local output groups (TP 4 / 2 / 1: H = 8 G heads of
 - ``sglang rope`` and ``sglang quant``: SGLang's two kernels alone (the quantizer on a
   contiguous input: its launch without the copy), for the goal "ours at T = 6 no longer than
   the longer of the two";
-- ``ours``: ``inverse_rope_quant_fp8(..., rotate_o=True)``, what the ``wo_a`` hook runs.
+- ``ours``: ``inverse_rope_quant_fp8(..., rotate_o=True, tables_ready=True)``, what the
+  ``wo_a`` hook runs (the table read before the dependency wait, as SGLang's RoPE reads it);
+  ``ours, tables after the wait``: the same without ``tables_ready``.
 
 ``exact``: ours equals SGLang's chain bit for bit on the same input (e4m3 values, fp32 scales,
 rotated ``o``), checked before timing. ``ours`` records also carry ``saving_per_cycle_us``:
@@ -41,6 +43,8 @@ from dsv41_kernels.reference.inverse_rope_quant import (
 
 LAYERS = 40
 OP = "inverse_rope_quant_fp8"
+TABLES_AFTER_WAIT = "ours, tables after the wait"
+"""Our op without ``tables_ready``: the position and the table read after the dependency wait."""
 SWEEP_BLOCK_GROUPS = (1, 2, 4, 8, 16, 32)
 SWEEP_WARPS = (1, 2, 4, 8)
 SWEEP_WARP_GROUPS = (1, 2, 4)
@@ -70,7 +74,9 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
     call, shape = bench_call(tokens, groups, padded)
     table, positions = call.freqs_cis, call.positions
     work = same_layout(call.o)
-    ours = lambda: inverse_rope_quant_fp8(work, table, positions, o_groups=groups, rotate_o=True)
+    ours = lambda: inverse_rope_quant_fp8(
+        work, table, positions, o_groups=groups, rotate_o=True, tables_ready=True
+    )
     mine = same_layout(call.o)
     got = inverse_rope_quant_fp8(mine, table, positions, o_groups=groups, rotate_o=True)
     kernel = inverse_rope_quant_fp8_admission(work, table, positions, o_groups=groups).kernel
@@ -100,6 +106,13 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
         "sglang quant": lambda: quant(flat, group_size=128, scale_ue8m0=False),
     }
     records = [timed(OP, shape, arm, run) for arm, run in arms.items()]
+    late_o = same_layout(call.o)
+    late = inverse_rope_quant_fp8(late_o, table, positions, o_groups=groups, rotate_o=True)
+    records.append(timed(
+        OP, shape, TABLES_AFTER_WAIT,
+        lambda: inverse_rope_quant_fp8(work, table, positions, o_groups=groups, rotate_o=True),
+        exact=bit_mismatches((*late, late_o), (*expected, theirs)) == 0, kernel=kernel,
+    ))  # fmt: skip
     mine = timed(OP, shape, "ours", ours, exact=exact, kernel=kernel, vs=SGLANG_ARM)
     chain = records[0]["us"]
     if chain is not None and mine["us"] is not None:
@@ -129,7 +142,7 @@ def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
         for arm, g, w in triton_shapes
     ] + [
         (f"cuda {w} warps x {g} groups", lambda o, out, w=w, g=g: launch_cuda(
-            o, table, positions, *out, rotate_o=True, warps=w, groups=g
+            o, table, positions, *out, rotate_o=True, tables_ready=True, warps=w, groups=g
         ))
         for w in SWEEP_WARPS
         for g in SWEEP_WARP_GROUPS

@@ -1,4 +1,6 @@
-// Split-K partials of the compensated mHC projection: part = x·[hi | lo]^T and Σx², per K slice.
+// Split-K partials of the compensated mHC projection: part = x·[hi | lo]^T and Σx², per K slice,
+// read from fn itself (its TF32 part hi is what the tensor core takes from fn's bits) and the
+// stored residual lo = fn - hi: no copy of hi is kept.
 //
 // The Triton projection converts bf16 x to fp32 in registers before its TF32 MMA, so its x
 // loads are not pipelined and the kernel waits on DRAM once per K step. Here x and w go
@@ -7,8 +9,8 @@
 // every warp converts its x fragment in registers right before the MMA.
 //
 // Tiling (one CTA = kRows rows x one K slice, grid (ceil(m / kRows), S)):
-// - a stage holds x [kRows x 64] bf16 (128 bytes a row) and the 48 useful rows of w
-//   ([64 x 64] fp32 packed: hi rows 0-23, lo rows 32-55; the zero rows are never read);
+// - a stage holds x [kRows x 64] bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as
+//   hi) then lo's 24, 64 fp32 each;
 // - a warp owns WARP_ROWS rows x WARP_COLS of those 48 columns (both halves, or hi or lo),
 //   as m16n8k8 tiles; its B fragments serve all its row tiles, its A fragments all its
 //   column tiles;
@@ -20,10 +22,13 @@
 //   (row & 1)) so those loads, and the cp.async stores, are free of bank conflicts.
 //
 // Numerics contract (what the finisher in hc_mix_stats.py relies on):
-// - part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k] for n in 0-23 and 32-55; columns 24-31 and
-//   56-63 are written as 0.0. sqsum[s, r] = Σ_{k in slice s} float(x[r, k])² in fp32.
+// - part[s, r, n] = Σ_{k in slice s} x[r, k]·hi[n, k] for n in 0-23 and x[r, k]·lo[n - 32, k]
+//   for n in 32-55; columns 24-31 and 56-63 are written as 0.0. sqsum[s, r] =
+//   Σ_{k in slice s} float(x[r, k])² in fp32.
 // - Products run on tensor cores (mma.sync m16n8k8 tf32): bf16 -> fp32 is exact and exact in
-//   TF32, and hi/lo are passed as raw fp32 bits (the tensor core reads their top 19 bits).
+//   TF32, and fn/lo are passed as raw fp32 bits. The tensor core reads their top 19 bits, so
+//   fn's product is hi's (split_tf32: hi = fn with the low 13 bits cleared, fn itself where
+//   not finite), bit for bit; the GPU tier checks it against a staged hi.
 // - The tensor core's internal accumulation is not round-to-nearest and drifts over long K,
 //   so each 64-column chunk is one fresh 8-MMA chain from zero, added to the running sum
 //   with an IEEE fp32 add. hi and lo columns accumulate separately.
@@ -53,10 +58,10 @@ namespace {
 using tvm::ffi::TensorView;
 
 constexpr int kBlockK = 64;         // K columns per chunk: one fresh MMA chain
-constexpr int kPackedCols = 64;     // w rows and part columns: [hi 24 | 0 8 | lo 24 | 0 8]
-constexpr int kHalfCols = 32;       // the lo half starts here, in w and in part
-constexpr int kMixCols = 24;        // useful columns per half
-constexpr int kStagedWRows = 48;    // hi and lo rows, packed together in shared memory
+constexpr int kPackedCols = 64;     // part columns: [hi 24 | 0 8 | lo 24 | 0 8]
+constexpr int kHalfCols = 32;       // the lo half of part starts here
+constexpr int kMixCols = 24;        // rows of fn and of lo, useful columns per half
+constexpr int kStagedWRows = 48;    // fn's rows then lo's, together in shared memory
 constexpr int kXRowBytes = 128;     // 64 bf16
 constexpr int kWRowBytes = 256;     // 64 fp32
 constexpr int kSmemPerSm = 233472;  // 228 KB on sm_90 and sm_100
@@ -91,7 +96,8 @@ struct Shape {
 
 struct Params {
   const __nv_bfloat16* x;  // [m, K], row stride x_stride elements
-  const float* w;          // [64, K] contiguous
+  const float* fn;         // [24, K] contiguous: read as hi
+  const float* lo;         // [24, K] contiguous: fn - hi
   float* part;             // [S, m, 64] contiguous
   float* sqsum;            // [S, m] contiguous
   int64_t x_stride;
@@ -184,10 +190,10 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     }
 #pragma unroll
     for (int i = 0; i < S::kWCopies; ++i) {
-      const int row = w_row + i * kWRowStep;  // staged row -> packed row (lo skips 24-31)
-      const int packed = row < kMixCols ? row : row + (kHalfCols - kMixCols);
-      copy_w(base + w_dst + i * kWRowStep * kWRowBytes,
-             p.w + static_cast<int64_t>(packed) * p.k + k0 + w_chunk * 4);
+      const int row = w_row + i * kWRowStep;  // staged rows 0-23: fn, 24-47: lo
+      const float* src = row < kMixCols ? p.fn + static_cast<int64_t>(row) * p.k
+                                        : p.lo + static_cast<int64_t>(row - kMixCols) * p.k;
+      copy_w(base + w_dst + i * kWRowStep * kWRowBytes, src + k0 + w_chunk * 4);
     }
   };
 
@@ -348,8 +354,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 }
 
 // Checks every argument and returns the kernel parameters (part.size(0) slices).
-Params checked_params(const TensorView& x, const TensorView& w, const TensorView& part,
-                      const TensorView& sqsum) {
+Params checked_params(const TensorView& x, const TensorView& fn, const TensorView& lo,
+                      const TensorView& part, const TensorView& sqsum) {
   check_tensor(x, "x", {kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kRows, 16);
   const int64_t m = x.size(0);
   const int64_t k = x.size(1);
@@ -358,7 +364,8 @@ Params checked_params(const TensorView& x, const TensorView& w, const TensorView
   }
   if (m > (int64_t{1} << 30)) TVM_FFI_THROW(ValueError) << "x: " << m << " rows is too many";
   const int device = x.device().device_id;
-  check_tensor(w, "w", {kPackedCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(fn, "fn", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(lo, "lo", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
   check_tensor(part, "part", {kAnySize, m, kPackedCols}, {kFloat32}, device, Layout::kContiguous,
                8);
   const int64_t splits = part.size(0);
@@ -368,7 +375,8 @@ Params checked_params(const TensorView& x, const TensorView& w, const TensorView
   check_tensor(sqsum, "sqsum", {splits, m}, {kFloat32}, device, Layout::kContiguous);
   Params p;
   p.x = data_as<const __nv_bfloat16>(x);
-  p.w = data_as<const float>(w);
+  p.fn = data_as<const float>(fn);
+  p.lo = data_as<const float>(lo);
   p.part = data_as<float>(part);
   p.sqsum = data_as<float>(sqsum);
   p.x_stride = x.stride(0);
@@ -401,11 +409,13 @@ using DefaultShape = Shape<128, 32, 48, 4>;
 
 }  // namespace
 
-// x: bf16 [m, K] (last-dim stride 1, 16-byte aligned rows, K % 64 == 0); w: fp32 [64, K]
-// packed [hi | 0 | lo | 0] contiguous; part: fp32 [S, m, 64]; sqsum: fp32 [S, m] (contiguous).
-// Writes every row < m of every slice; the grid is (ceil(m / rows_per_cta), S).
-void hc_mix_partials_tf32(TensorView x, TensorView w, TensorView part, TensorView sqsum) {
-  const Params p = checked_params(x, w, part, sqsum);
+// x: bf16 [m, K] (last-dim stride 1, 16-byte aligned rows, K % 64 == 0); fn and its TF32
+// residual lo: fp32 [24, K] each; part: fp32 [S, m, 64]; sqsum: fp32 [S, m] (all four
+// contiguous, fn and lo 16-byte aligned). Writes every row < m of every slice; the grid is
+// (ceil(m / rows_per_cta), S).
+void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView part,
+                          TensorView sqsum) {
+  const Params p = checked_params(x, fn, lo, part, sqsum);
   const int device = x.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device);
   launch<DefaultShape>(p, static_cast<int>(part.size(0)), device);

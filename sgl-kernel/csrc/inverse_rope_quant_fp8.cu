@@ -6,7 +6,8 @@
 // same (the Triton kernel of python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py is
 // launched plainly). On the H200 this kernel alone, as an ordinary launch, was no faster than
 // the Triton one (1.7-1.8 us at T = 6); as a dependent launch it takes 1.5-1.65, 1.14-1.29 when
-// it also lets the next launch start as it starts (docs/performance.md). Only the lanes of rope
+// it also lets the next launch start as it starts, 0.97-1.17 in a later session that also read
+// the table before its wait (docs/performance.md). Only the lanes of rope
 // pairs load the position and the table; the other three quarters of the groups are a load, a
 // warp maximum and a store.
 //
@@ -30,10 +31,11 @@
 //
 // Launch: grid (T, ceil(groups_per_token / (WARPS * GROUPS))), WARPS * 32 threads, a
 // programmatic dependent launch (as SGLang's two kernels are on Hopper: nothing is read or
-// written before the previous kernel's end; a grid of one wave lets the next launch start at
-// once) on tvm-ffi's stream for o's device (the token from the grid and 32-bit index arithmetic:
-// no 64-bit division ahead of the first load); no allocation, no host sync (CUDA-graph
-// capturable).
+// written before the previous kernel's end but, with tables_ready, the position and the table,
+// which SGLang's RoPE kernel reads early too; a grid of one wave lets the next launch start at
+// once) on tvm-ffi's stream for o's device (the token from the grid and 32-bit
+// index arithmetic: no 64-bit division ahead of the first load); no allocation, no host sync
+// (CUDA-graph capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -74,6 +76,7 @@ struct Params {
   unsigned groups_per_head;
   int rope_first_pair;  // (head_dim - rope_dim) / 2: the head's first rope pair
   bool one_wave;        // the grid is resident at once: let the next launch start early
+  bool tables_ready;    // positions and freqs are not written by the previous kernel
 };
 
 // fp32 -> bf16 bits to nearest even, NaN -> 0x7FFF, in integers (as the Triton kernel's).
@@ -126,6 +129,21 @@ __global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(cons
     rope[j] = real[j] && first_pair[j] >= p.rope_first_pair;
     any_rope |= rope[j];
   }
+  float4 cs[GROUPS];
+  bool inside = false;
+  const auto load_table = [&] {  // the position, then the lane's rows of the table
+    const int64_t position =
+        static_cast<int64_t>(static_cast<const Position*>(p.positions)[token * p.position_stride]);
+    inside = position >= 0 && position < p.table_rows;
+    const float4* row = p.freqs + (inside ? position : 0) * p.freqs_row_stride;
+#pragma unroll
+    for (int j = 0; j < GROUPS; ++j) {
+      if (rope[j]) cs[j] = row[(first_pair[j] - p.rope_first_pair) / 2];
+    }
+  };
+  // With tables_ready the two dependent loads overlap the previous kernel's tail, as in
+  // SGLang's own RoPE kernel, which reads them before its wait.
+  if (any_rope && p.tables_ready) load_table();
   wait_for_previous_grid();
   if (p.one_wave) allow_next_grid();
   uint2 words[GROUPS];
@@ -134,15 +152,7 @@ __global__ void __launch_bounds__(WARPS * 32) inverse_rope_quant_fp8_kernel(cons
     if (real[j]) words[j] = *reinterpret_cast<const uint2*>(o[j]);
   }
   if (any_rope) {
-    const int64_t position =
-        static_cast<int64_t>(static_cast<const Position*>(p.positions)[token * p.position_stride]);
-    const bool inside = position >= 0 && position < p.table_rows;
-    const float4* row = p.freqs + (inside ? position : 0) * p.freqs_row_stride;
-    float4 cs[GROUPS];
-#pragma unroll
-    for (int j = 0; j < GROUPS; ++j) {
-      if (rope[j]) cs[j] = row[(first_pair[j] - p.rope_first_pair) / 2];
-    }
+    if (!p.tables_ready) load_table();
     const float nan = __uint_as_float(0x7FC00000u);
 #pragma unroll
     for (int j = 0; j < GROUPS; ++j) {
@@ -221,11 +231,12 @@ void launch_warps(const Params& p, int warps, int groups, bool rotate_o, cudaStr
 // of 4 values, 8-byte aligned); freqs fp32 [rows, rope_dim] (the complex64 table viewed as
 // fp32, rope_dim % 4 == 0, rows 16-byte aligned, last stride 1); positions int32/int64 [T];
 // codes 1-byte [T, H * head_dim] and scales fp32 [T, H * head_dim / 128], both contiguous.
-// warps: per CTA, 1, 2, 4 or 8 (0: the default 4); groups: per warp, 1, 2 or 4; the bits
-// depend on neither.
+// tables_ready: the caller's promise that the kernel launched before this one on the stream does
+// not write positions or freqs (they are then read before the dependency wait). warps: per CTA,
+// 1, 2, 4 or 8 (0: the default 4); groups: per warp, 1, 2 or 4; the bits depend on neither.
 void inverse_rope_quant_fp8_cuda(TensorView o, TensorView freqs, TensorView positions,
-                                 TensorView codes, TensorView scales, bool rotate_o, int64_t warps,
-                                 int64_t groups) {
+                                 TensorView codes, TensorView scales, bool rotate_o,
+                                 bool tables_ready, int64_t warps, int64_t groups) {
   check_tensor(o, "o", {kAnySize, kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kAny, 8);
   const int64_t tokens = o.size(0), heads = o.size(1), head_dim = o.size(2);
   const int device = o.device().device_id;
@@ -265,6 +276,7 @@ void inverse_rope_quant_fp8_cuda(TensorView o, TensorView freqs, TensorView posi
   p.table_rows = freqs.size(0);
   p.groups_per_head = static_cast<unsigned>(head_dim / kGroup);
   p.rope_first_pair = static_cast<int>((head_dim - rope_dim) / 2);
+  p.tables_ready = tables_ready;
   if (tokens == 0 || width == 0) return;
   tvm::ffi::CUDADeviceGuard guard(device);
   const cudaStream_t stream = env_stream(device);

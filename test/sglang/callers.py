@@ -271,6 +271,28 @@ def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, r
     )
 
 
+def reference_route(moe, logits, input_ids):
+    """``(weights, ids)`` of :func:`dsv41_kernels.reference.moe_router.vision_topk` for
+    :func:`vision_moe`'s layer: the torch composition both routers are measured against."""
+    from sglang.srt.layers.moe.topk import _RENORMALIZE_SUM_EPSILON
+
+    from dsv41_kernels.reference.moe_router import vision_topk
+
+    config = moe.topk.topk_config
+    return vision_topk(
+        logits,
+        moe.gate.e_score_correction_bias,
+        moe.gate.e_score_correction_bias_vl,
+        input_ids,
+        image_token_id=moe.config.image_token_id,
+        top_k=config.top_k,
+        renormalize=config.renormalize,
+        renormalize_eps=_RENORMALIZE_SUM_EPSILON,
+        routed_scaling_factor=config.routed_scaling_factor,
+        scale_on_output=config.apply_routed_scaling_factor_on_output,
+    )
+
+
 # ---- 4. FlashMLA's sparse decode, as the DeepSeek-V4 backend calls it on SM90 -----------------
 
 H_Q = 64  # V4.1 heads, zero-padded to FlashMLA's 64 at TP > 1

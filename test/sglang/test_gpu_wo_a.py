@@ -8,8 +8,8 @@ kernels on the same inputs, bit for bit (the e4m3 values, the fp32 scales and th
 ``o``), eagerly and replayed from a CUDA graph; then the hook, driving the output path with
 the plugin on and off for V4.1's TP-local shapes at TP 1 / 2 / 4, and the FP8 contraction on
 both results where DeepGEMM imports. The hook declines on SM90 where SGLang's chain measured
-faster (above 24 tokens at TP 1, above 96 at TP 2 / 4: ``sglang_plugin.measured``), so these
-tests take ours with ``DSV41_KERNELS_FORCE=wo_a``: they hold the op to SGLang's bits at every T.
+faster (above 96 tokens at TP 1: ``sglang_plugin.measured``), so these tests take ours with
+``DSV41_KERNELS_FORCE=wo_a``: they hold the op to SGLang's bits at every T.
 """
 
 from __future__ import annotations

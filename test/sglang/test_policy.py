@@ -66,7 +66,8 @@ def test_refusal_with_two_holders_on_one_layer(plugin):
     assert layer._derived_weight_cache_error is None
 
 
-# (switch, sm_major, rows, declines): where a hook measured slower than SGLang's own function
+# (switch, sm_major, rows or (rows, columns), declines): where a hook measured slower than
+# SGLang's own function
 MEASURED = [
     ("router", None, 6, True),  # an architecture never measured
     ("router", 10, 1024, True),
@@ -85,9 +86,13 @@ MEASURED = [
     ("combine", 9, 2048, False),  # SGLang's branch there cannot run on the test machine
     ("combine", 9, 4096, True),
     ("sched", 9, 6, False),
-    ("wo_a", 9, 6, False),  # faster at every T and TP measured
-    ("wo_a", 9, 384, False),
-    ("wo_a", 10, 384, False),  # measured on the H200 only
+    ("wo_a", 9, (6, 64), False),  # (tokens, local heads): TP 1 up to 96 tokens
+    ("wo_a", 9, (96, 64), False),
+    ("wo_a", 9, (97, 64), True),
+    ("wo_a", 9, (384, 64), True),
+    ("wo_a", 9, (384, 32), False),  # TP 2 and 4: faster or even at every T measured
+    ("wo_a", 9, (384, 16), False),
+    ("wo_a", 10, (384, 64), False),  # measured on the H200 only
 ]
 
 
@@ -99,10 +104,12 @@ def test_measured_slower_table(monkeypatch, switch, arch, rows, declines):
 
     monkeypatch.delenv(measured.FORCE_ENV, raising=False)
     monkeypatch.setattr(measured, "sm_major", lambda index: arch)
+    shape = rows if isinstance(rows, tuple) else (rows,)
     on_gpu = types.SimpleNamespace(
         is_cuda=arch is not None,
         device=types.SimpleNamespace(index=0),
-        shape=(rows,),
+        shape=shape,
+        dim=lambda: len(shape),
     )
     refusal = measured.slower_than_sglang(switch, on_gpu)
     assert (refusal is not None) == declines

@@ -30,6 +30,7 @@ def single_pass_tf32(x, fn, scale, base, *, return_mix: bool = False):
     return launch(
         x2d,
         fn,
+        None,
         scale,
         base,
         numerics="tf32",

@@ -4,7 +4,8 @@ A hook that loses to SGLang's own function on a GPU declines there, with the mea
 its reason, until a benchmark shows it winning (``benchmark/``, quoted in
 ``docs/performance.md``). Each entry names the switch, the GPU architecture (compute
 capability major; ``None``: every architecture no other entry of the switch names, because no
-measurement there shows a win), the row range it covers and the figures. Between two measured
+measurement there shows a win), the row range it covers (and, where the call site's second
+dimension decides too, its range) and the figures. Between two measured
 row counts, one a win and one a loss, the entry's range stops at the win: it starts right after
 a win below it and ends right before a win above it. Rows where SGLang's own function cannot
 run on the machine (the combine's 97-4095, ``docs/performance.md``) have no entry: our hook
@@ -33,9 +34,12 @@ class SlowerThanSGLang:
     sm_major: int | None  # None: every architecture no other entry of the switch names
     rows: range  # row counts (tokens) the measurement covers
     figures: str
+    columns: range | None = None  # sizes of the second dimension it covers (None: any)
 
 
 CALL_SITES_MHC = "benchmark/call_sites.py, docs/results/h200/bench"
+CALL_SITES_WO_A = "benchmark/call_sites.py --sites wo_a, docs/results/h200/session6"
+"""The wo_a runs with the table read before the wait: ``r1`` and ``r3``."""
 CALL_SITES = "benchmark/call_sites.py, docs/results/h200/session5"
 """The call-site runs of the dependent launches that let the next launch start early: ``r1``
 (the router's figures, its kernel as now) and ``r4`` (the combine's final kernel)."""
@@ -62,6 +66,15 @@ SLOWER = (
         "SGLang's hc_mix_stats_sinkhorn_bf16x3 is faster from 256 to 2048 rows on the H200 "
         "(14.63 / 14.72 / 22.18 / 36.42 us against our 14.76 / 17.99 / 26.94 / 39.55; "
         f"{CALL_SITES_MHC}); ours wins at 128 and from 4096",
+    ),
+    SlowerThanSGLang(
+        "wo_a",
+        9,
+        range(97, 1 << 31),
+        "SGLang's RoPE + group quantizer chain is faster at TP 1 (64 local heads) at 384 tokens "
+        "on the H200 (14.66 / 14.63 us against our 15.00 / 15.02 in two runs; "
+        f"{CALL_SITES_WO_A}); ours wins up to 96 (4.44 / 4.42 against 4.81)",
+        columns=range(33, 1 << 31),
     ),
     SlowerThanSGLang(
         "combine",
@@ -110,6 +123,7 @@ def slower_than_sglang(switch: str, rows: torch.Tensor) -> Admission | None:
             entry.switch == switch
             and (entry.sm_major == arch or (entry.sm_major is None and arch not in named))
             and rows.shape[0] in entry.rows
+            and (entry.columns is None or (rows.dim() > 1 and rows.shape[1] in entry.columns))
         ):
             return _refusal(entry)
     return None

@@ -5,7 +5,8 @@ from the four residual streams of every hyper-connection. Ours takes the small-r
 128 rows (decode and verify), the compensated two-pass TF32 path from 128 rows (prefill), and
 the batch-invariant path whenever SGLang's batch-invariant mode is on.
 
-The compensated path reads each sublayer's weight split ``(hi, lo)``, built once at load: an
+The compensated path reads each sublayer's weight and its TF32 residual ``lo`` (``hi`` is read
+from the weight itself), built once at load: an
 AFTER hook on ``DeepseekV4DecoderLayerBase.refresh_mhc_norm_weight_cache`` (SGLang's post-load
 step, re-run after weight updates) builds an ``HcDerivedWeights`` per mixing weight and keeps
 them on the layer (``_hc_derived_weights``). While one is active the layer carries its refusal
@@ -31,18 +32,18 @@ _LAYER = "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase"
 MIXING_WEIGHTS = ("hc_attn_fn", "hc_ffn_fn")
 RESTART_HINT = "restart with DSV41_KERNELS_DISABLE=mhc to use online weight updates"
 
-# id(fn) -> its split; the holder keeps fn alive, and lookups check identity.
+# id(fn) -> its residual's holder; the holder keeps fn alive, and lookups check identity.
 _derived: dict[int, HcDerivedWeights] = {}
 
 
 def derived_weights(fn: torch.Tensor):
-    """The active split built at load for ``fn``, or None."""
+    """The active holder built at load for ``fn``, or None."""
     holder = _derived.get(id(fn))
     return holder if holder is not None and holder.fn is fn and holder.active else None
 
 
 def build_derived_weights(_result, layer) -> None:
-    """AFTER ``refresh_mhc_norm_weight_cache``: (re)build this layer's splits."""
+    """AFTER ``refresh_mhc_norm_weight_cache``: (re)build this layer's residuals."""
     for holder in getattr(layer, "_hc_derived_weights", ()):
         _derived.pop(id(holder.fn), None)
         holder.release()

@@ -13,7 +13,9 @@ them but views, the copy and branch tests, so the site is hooked in three places
   the call is this layer's and what follows it (the layer's ``wo_a_fp8``, SGLang's module flags);
 - ``fused_rope_inplace``: for the output's inverse RoPE of a layer whose FP8 quantizer follows,
   ours rotates ``o`` in place (so everything after sees what SGLang's RoPE leaves) and quantizes
-  it in the same launch, keeping the result for the next call;
+  it in the same launch, keeping the result for the next call. It reads ``positions`` and
+  ``freqs_cis`` before waiting for the attention kernel (``tables_ready``), as SGLang's RoPE
+  kernel there does: neither is written by the kernel before it;
 - ``sglang_per_token_group_quant_fp8``: that next call returns the kept result when its
   arguments are the ones the attention output passes (``x`` of ``[T * G, D]`` bf16, 128,
   fp32 scales), else SGLang's quantizer runs on ``x`` (rotated by then, so still exact).
@@ -23,8 +25,8 @@ from elsewhere (the query's RoPE, every FP8 linear's activations, DSpark's draft
 those go straight to SGLang's function and are not counted. The layer's ``o`` is rebuilt from
 the ``q`` SGLang passes (its rope tail, ``o[..., -rope_dim:]``: same strides, the offset of the
 nope values before it). The ``wo_a`` switch turns the three hooks off together; :mod:`.measured`
-would decline the site where a GPU measured SGLang's chain faster, and has no entry for it: on
-the H200 ours is faster at every T and TP measured (``benchmark/call_sites.py --sites wo_a``).
+declines the site where a GPU measured SGLang's chain faster: on the H200 at TP 1 from 97 tokens
+(``benchmark/call_sites.py --sites wo_a``); ours is faster or even at every other T and TP.
 """
 
 from __future__ import annotations
@@ -165,7 +167,7 @@ def rope_hook(original, *args, **kwargs):
 def _rotate_and_quantize(layer, o, freqs_cis, positions, admission) -> None:
     codes, scales = inverse_rope_quant_fp8(
         o, freqs_cis, positions, o_groups=layer.n_local_groups, group_size=GROUP_SIZE,
-        rotate_o=True, admission=admission,
+        rotate_o=True, tables_ready=True, admission=admission,
     )  # fmt: skip
     tokens, groups, width = codes.shape
     rows = tokens * groups  # SGLang's [T * G, D] and [T * G, D / 128] (T = 0 included)

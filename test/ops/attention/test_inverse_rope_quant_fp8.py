@@ -447,7 +447,7 @@ def test_gpu_cuda_kernel_on_its_edges(positions_dtype):
     """The CUDA kernel where its layout is tight: one head, rope over a whole group or past it
     (256 of 512), heads of 128, positions outside the table (int64 ones past 2^32 too), strided
     positions and table rows wider than the table, every launch shape (warps a CTA x groups a
-    warp, groups past the token's last included)."""
+    warp, groups past the token's last included), the table read before the wait or after."""
     calls = 0
     for tokens, heads, head_dim, rope_dim, padding in (
         (1, 1, 128, 64, 0), (5, 3, 512, 256, 1), (7, 2, 128, 128, 2), (2, 4, 256, 4, 0),
@@ -468,15 +468,17 @@ def test_gpu_cuda_kernel_on_its_edges(positions_dtype):
                 call = AttentionOutput(call.o, wide[:, : rope_dim // 2], spread[::2], 1)
             assert _cuda_fits(call.o, call.freqs_cis, 128) is None
             want = run_both(call, kernel=CUDA)[1]
-            for warps, groups in itertools.product((1, 2, 4, 8), (1, 2, 4)):
+            for warps, groups, ready in itertools.product((1, 2, 4, 8), (1, 2, 4), (False, True)):
                 ours = call.clone()
                 codes = torch.empty_like(want[0])
                 scales = torch.empty_like(want[1])
-                launch_cuda(ours.o, ours.freqs_cis, ours.positions, codes, scales,
-                            rotate_o=True, warps=warps, groups=groups)  # fmt: skip
+                launch_cuda(
+                    ours.o, ours.freqs_cis, ours.positions, codes, scales, rotate_o=True,
+                    tables_ready=ready, warps=warps, groups=groups,
+                )  # fmt: skip
                 assert_bitwise((codes, scales, ours.o), want)
                 calls += 1
-    assert calls == 192
+    assert calls == 384
 
 
 @pytest.mark.gpu

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split, split_tf32
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 
 
 def bits(t):
@@ -78,8 +78,9 @@ def test_holder_refusal_names_the_weight_and_the_fix():
     original = fn.clone()
     released = []
     holder = HcDerivedWeights(fn, name="layers.0.hc_attn_fn", on_release=lambda: released.append(1))
-    assert torch.equal(holder.hi + holder.lo, fn) and holder.active
-    assert torch.equal(holder.packed, pack_split(fn))
+    hi, lo = split_tf32(fn)
+    assert torch.equal(holder.lo, lo) and holder.lo.is_contiguous() and holder.active
+    assert torch.equal(hi + holder.lo, fn)
     reason = holder.update_refusal()
     assert reason is not None and "layers.0.hc_attn_fn" in reason and "release()" in reason
     assert torch.equal(fn, original) and torch.equal(holder.fn, original)  # nothing written
@@ -87,7 +88,7 @@ def test_holder_refusal_names_the_weight_and_the_fix():
     holder.release()
     assert not holder.active and holder.update_refusal() is None and released == [1]
     with pytest.raises(ValueError, match="released"):
-        _ = holder.hi
+        _ = holder.lo
 
 
 def test_holder_rejects_other_shapes():

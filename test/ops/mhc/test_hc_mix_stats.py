@@ -12,7 +12,7 @@ from dsv41_kernels.cases.hc_mix_stats import (
     stats_mismatches,
 )
 from dsv41_kernels.jit import load_module, module_available
-from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     CUDA_ROWS_PER_CTA,
@@ -369,13 +369,48 @@ def test_gpu_cuda_projection_agrees_with_the_triton_projection():
     wide = example_inputs(64, 5120 + 4, device="cuda", seed=7)[0]
     _, fn, scale, base = example_inputs(64, 5120, device="cuda", seed=8)
     for view, cuda in ((wide[:, : 4 * 5120], True), (wide[:, 1 : 4 * 5120 + 1], False)):
-        assert cuda_kernel_fits(view) is cuda
+        assert cuda_kernel_fits(view, fn) is cuda
         kernel = hc_mix_stats_admission(view, fn, "compensated").kernel
         assert kernel == ("compensated/cuda" if cuda else "compensated/triton")
         ref = reference_with_mix(view, fn, scale, base)
         holder = HcDerivedWeights(fn)
         ours = hc_mix_stats(view, holder, scale, base, mode="compensated", return_mix=True)
         assert stats_mismatches(ours, ref, scale) == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and module_available("hc_mix_stats", 0)),
+    reason="no GPU, or no CUDA module for it (none prebuilt, no toolchain)",
+)
+def test_gpu_cuda_projection_reads_fn_as_its_tf32_part():
+    """The CUDA projection takes fn for hi: the tensor core reads the same TF32 value from
+    both, so the partials equal those of a staged hi bit for bit, special values included; an
+    fn that is not contiguous takes the Triton projection."""
+    module = load_module("hc_mix_stats")
+    for m, seed in ((1, 1), (128, 2), (300, 3)):
+        x, fn, _, _ = example_inputs(m, 5120, device="cuda", seed=300 + seed)
+        fn = fn * torch.logspace(-30, 30, fn.shape[1], device="cuda")  # every exponent range
+        fn[0, :8] = torch.tensor([float("inf"), -float("inf"), float("nan"), 0.0, -0.0, 1e-40,
+                                  -1e-42, 3.4e38], device="cuda")  # fmt: skip
+        fn[1, :2] = (
+            torch.tensor([0x7F800001, 0xFF801FFF - 2**32], dtype=torch.int32)
+            .cuda()
+            .view(torch.float32)
+        )  # NaNs whose payload lies in the 13 bits the tensor core drops
+        hi, lo = split_tf32(fn)
+        got, want = [
+            (torch.empty(8, m, 64, device="cuda"), torch.empty(8, m, device="cuda"))
+            for _ in range(2)
+        ]
+        module.hc_mix_partials_tf32(x, fn, lo, *got)
+        module.hc_mix_partials_tf32(x, hi.contiguous(), lo, *want)
+        for u, v in zip(got, want, strict=True):
+            assert torch.equal(bits(u), bits(v))
+    x, fn, _, _ = example_inputs(128, 5120, device="cuda", seed=9)
+    strided = torch.empty(fn.shape[1], fn.shape[0], device="cuda").t().copy_(fn)
+    assert not cuda_kernel_fits(x, strided)
+    assert hc_mix_stats_admission(x, strided, "compensated").kernel == "compensated/triton"
 
 
 @pytest.mark.gpu
@@ -431,6 +466,6 @@ def test_gpu_cuda_graph_capture_and_replay(m):
 def test_cuda_projection_is_only_chosen_for_cuda_tensors():
     x = example_inputs(4, 64, device="cpu", seed=1)[0]
     _, fn, _, _ = example_inputs(4, 64, device="cpu", seed=1)
-    assert not cuda_kernel_fits(x)
+    assert not cuda_kernel_fits(x, fn)
     admission = hc_mix_stats_admission(x, fn, "compensated")
     assert "mma.sync" not in admission.reason and admission.kernel != "compensated/cuda"

@@ -28,7 +28,8 @@ Kernels (the admission's ``kernel``; both give the same bits):
 - ``cuda``: ``sgl-kernel/csrc/inverse_rope_quant_fp8.cu`` on sm_90+ for SGLang's group size
   128: a warp a group (several when the grid would not be resident at once), only the lanes of
   rope pairs waiting on the position and the table, launched as SGLang launches its own two
-  kernels on Hopper (a programmatic dependent launch).
+  kernels on Hopper (a programmatic dependent launch; with ``tables_ready`` the position and
+  the table are read before the wait, as SGLang's RoPE kernel reads them).
   It needs ``o`` 8-byte aligned with token and head strides of 4 values, table rows 16-byte
   aligned with unit last stride and an even width, and the module at hand (prebuilt, cached or
   built now);
@@ -402,9 +403,19 @@ def launch(
 
 
 def launch_cuda(
-    o, freqs_cis, positions, codes, scales, *, rotate_o: bool, warps: int = 0, groups: int = 0
+    o,
+    freqs_cis,
+    positions,
+    codes,
+    scales,
+    *,
+    rotate_o: bool,
+    tables_ready: bool = False,
+    warps: int = 0,
+    groups: int = 0,
 ):
-    """The CUDA kernel on admitted arguments with at least one token (``warps``: per CTA, 1, 2,
+    """The CUDA kernel on admitted arguments with at least one token (``tables_ready``: as in
+    :func:`inverse_rope_quant_fp8`; ``warps``: per CTA, 1, 2,
     4 or 8, 0 for its default; ``groups``: per warp, 1, 2 or 4, 0 for one while a warp a group
     is surely resident at once (:func:`dsv41_kernels.jit.one_wave`, a bound below the kernel's
     own occupancy) and :data:`CUDA_GROUPS_PER_WARP` beyond; tuning: every shape gives the same
@@ -421,6 +432,7 @@ def launch_cuda(
         codes.view(torch.uint8).view(tokens, -1),
         scales.view(tokens, -1),
         rotate_o,
+        tables_ready,
         warps,
         groups,
     )
@@ -434,6 +446,7 @@ def inverse_rope_quant_fp8(
     o_groups: int,
     group_size: int = 128,
     rotate_o: bool = False,
+    tables_ready: bool = False,
     out: tuple[torch.Tensor, torch.Tensor] | None = None,
     admission: Admission | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -445,7 +458,11 @@ def inverse_rope_quant_fp8(
     in (``H`` a multiple); ``group_size``: values per scale. Returns ``(o_fp8, o_scales)``:
     e4m3 ``[T, G, D]`` and fp32 ``[T, G, D / group_size]``, ``D = H * head_dim / G``, into
     ``out`` when given (both contiguous). ``rotate_o``: also write the rotated rope values into
-    ``o``, as SGLang's in-place RoPE leaves them. ``admission``: this call's
+    ``o``, as SGLang's in-place RoPE leaves them. ``tables_ready``: the caller's promise that
+    the kernel launched just before on this stream does not write ``positions`` or
+    ``freqs_cis``; the CUDA kernel then reads them before waiting for that kernel (a
+    programmatic dependent launch), as SGLang's own RoPE kernel does, and the bits are the
+    same. ``admission``: this call's
     :func:`inverse_rope_quant_fp8_admission`, when the caller already made it.
     """
     _validate(o, freqs_cis, positions, o_groups, group_size, out)
@@ -467,7 +484,9 @@ def inverse_rope_quant_fp8(
         if rotate_o:
             o.copy_(rotated)
     elif o.shape[0] and admission.kernel == CUDA:
-        launch_cuda(o, freqs_cis, positions, codes, scales, rotate_o=rotate_o)
+        launch_cuda(
+            o, freqs_cis, positions, codes, scales, rotate_o=rotate_o, tables_ready=tables_ready
+        )
     elif o.shape[0]:
         launch(o, freqs_cis, positions, codes, scales, group_size=group_size, rotate_o=rotate_o)
     return codes, scales

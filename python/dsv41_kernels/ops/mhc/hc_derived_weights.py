@@ -1,14 +1,17 @@
-"""The derived weights of the mHC projection: ``fn``'s compensated-TF32 split, made once.
+"""The derived weights of the mHC projection: ``fn``'s TF32 residual, made once.
 
 A TF32 tensor core reads an fp32 operand truncated to 11 significant bits. Splitting ``fn``
-once into its TF32 part and the exact residual, ``fn = hi + lo`` (:func:`split_tf32`), lets
-two tensor-core products ``x·hi + x·lo`` carry ``fn`` to about 22 bits (docs/specs.md C.7);
-:func:`pack_split` lays the two out as the one 64-column operand the compensated kernels read.
+into its TF32 part and the exact residual, ``fn = hi + lo`` (:func:`split_tf32`), lets two
+tensor-core products ``x·hi + x·lo`` carry ``fn`` to about 22 bits (docs/specs.md C.7). Only
+``lo`` is stored: ``hi`` is what the tensor core reads from ``fn``'s own bits, so the kernels
+take ``fn`` for it (the Triton projection clears the 13 bits while loading, which gives the same
+values). At DeepSeek-V4.1's ``fn [24, 20480]`` that is 1.97 MB per sublayer, where SGLang's
+bf16x3 parts take 2.9 MB (a packed ``[hi | lo]`` copy took 5.2 MB).
 
-:class:`HcDerivedWeights` holds the split of one sublayer's ``fn``, built at load. While it is
-active ``fn`` must not be updated in place: the split, and any CUDA graph captured with it,
-would keep serving the old weights. :meth:`HcDerivedWeights.update_refusal` says so and names
-the fix (``release()``, then a new holder); an integration publishes it where its weight
+:class:`HcDerivedWeights` holds the residual of one sublayer's ``fn``, built at load. While it
+is active ``fn`` must not be updated in place: the residual, and any CUDA graph captured with
+it, would keep serving the old weights. :meth:`HcDerivedWeights.update_refusal` says so and
+names the fix (``release()``, then a new holder); an integration publishes it where its weight
 updater looks (the SGLang plugin does, for SGLang's). An in-place write through ``fn`` itself
 is caught at the next use (``fn``'s version counter moved); writes through ``fn.data`` or
 CUDA-graph replays cannot be seen, which is why the refusal exists.
@@ -26,8 +29,6 @@ from dsv41_kernels.reference.mhc import HC_MIX
 TF32_DROPPED_BITS = 13
 """fp32 has 23 explicit mantissa bits, TF32 10; the tensor core ignores the low 13 (C.7)."""
 _TF32_MASK = -(1 << TF32_DROPPED_BITS)  # 0xFFFFE000 as int32
-PACKED_COLUMNS = 64  # [hi (24) | 0 (8) | lo (24) | 0 (8)]: one tl.dot N tile
-LO_COLUMN = 32
 
 
 def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,22 +51,17 @@ def split_tf32(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, lo
 
 
-def pack_split(fn: torch.Tensor) -> torch.Tensor:
-    """``[64, K]``: rows 0-23 ``hi``, rows 32-55 ``lo``, zero elsewhere (one 64-wide N tile)."""
-    hi, lo = split_tf32(fn.detach())
-    packed = fn.new_zeros((PACKED_COLUMNS, fn.shape[1]))
-    packed[:HC_MIX] = hi
-    packed[LO_COLUMN : LO_COLUMN + HC_MIX] = lo
-    return packed
+def tf32_residual(fn: torch.Tensor) -> torch.Tensor:
+    """``lo`` of :func:`split_tf32`, contiguous: what the compensated kernels read beside ``fn``."""
+    return split_tf32(fn.detach())[1].contiguous()
 
 
 class HcDerivedWeights:
-    """One sublayer's ``fn [24, 4H]`` and its TF32 split, built once at load.
+    """One sublayer's ``fn [24, 4H]`` and its TF32 residual, built once at load.
 
-    ``packed`` (``[64, 4H]`` fp32: ``hi`` rows 0-23, ``lo`` rows 32-55) is what the compensated
-    kernels read; ``hi``/``lo`` are views of it and ``fn`` is kept, readable and unchanged.
-    ``name`` labels ``fn`` in messages; ``on_release`` is called by :meth:`release` (an
-    integration clears the refusal it published there).
+    ``lo`` (``[24, 4H]`` fp32, contiguous) is what the compensated kernels read beside ``fn``;
+    ``fn`` is kept, readable and unchanged. ``name`` labels ``fn`` in messages; ``on_release``
+    is called by :meth:`release` (an integration clears the refusal it published there).
     """
 
     def __init__(
@@ -76,49 +72,45 @@ class HcDerivedWeights:
             raise ValueError(f"fn must have {HC_MIX} rows, got shape {tuple(fn.shape)}")
         self.fn = fn
         self.name = name
-        self.packed: torch.Tensor | None = pack_split(fn)
+        self._lo: torch.Tensor | None = tf32_residual(fn)
         self._fn_version = fn._version
         self._on_release = on_release
 
     @property
     def active(self) -> bool:
-        return self.packed is not None
-
-    @property
-    def hi(self) -> torch.Tensor:
-        return self.require_active()[:HC_MIX]
+        return self._lo is not None
 
     @property
     def lo(self) -> torch.Tensor:
-        return self.require_active()[LO_COLUMN : LO_COLUMN + HC_MIX]
+        return self.require_active()
 
     def update_refusal(self) -> str | None:
         """Why ``fn`` may not be updated in place now, or ``None``."""
         if not self.active:
             return None
         return (
-            f"online update of mHC weight {self.name!r} refused: its compensated-TF32 split "
-            "(hi, lo) is active and an in-place write would leave it, and any CUDA graph "
-            "captured with it, serving the old weights; call HcDerivedWeights.release() "
-            "before updating, then build a new HcDerivedWeights(fn)"
+            f"online update of mHC weight {self.name!r} refused: its compensated-TF32 residual "
+            "(lo) is active and an in-place write would leave it, and any CUDA graph captured "
+            "with it, serving the old weights; call HcDerivedWeights.release() before updating, "
+            "then build a new HcDerivedWeights(fn)"
         )
 
     def release(self) -> None:
-        """Drop the split; in-place updates of ``fn`` are allowed again."""
-        self.packed = None
+        """Drop the residual; in-place updates of ``fn`` are allowed again."""
+        self._lo = None
         if self._on_release is not None:
             self._on_release()
 
     def require_active(self) -> torch.Tensor:
-        """``packed``, unless the holder was released or ``fn`` changed since the split."""
-        if self.packed is None:
+        """``lo``, unless the holder was released or ``fn`` changed since it was made."""
+        if self._lo is None:
             raise ValueError(
                 f"weights: the HcDerivedWeights of {self.name!r} was released; "
                 "build a new HcDerivedWeights(fn) (or pass fn)"
             )
         if self.fn._version != self._fn_version:
             raise RuntimeError(
-                f"weights: {self.name!r} was modified in place after its split was built; "
+                f"weights: {self.name!r} was modified in place after its residual was made; "
                 "call release(), update, and build a new HcDerivedWeights(fn)"
             )
-        return self.packed
+        return self._lo

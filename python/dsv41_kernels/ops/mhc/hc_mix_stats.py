@@ -4,23 +4,24 @@ Every DeepSeek-V4(.1) sublayer turns its four residual streams ``x [m, 4H]`` (bf
 ``(pre [m, 4], post [m, 4], comb [m, 4, 4])`` through a projection by ``fn [24, 4H]`` (fp32)
 (docs/specs.md C.3). A plain fp32 GEMM is slow on tensor-core hardware and single-pass TF32,
 what upstream runs, reads ``fn`` truncated to 11 significant bits (relative error ~2e-4).
-Here ``fn`` is split once into its TF32 part and the exact residual, ``fn = hi + lo``
+Here ``fn`` is split into its TF32 part and the exact residual, ``fn = hi + lo``
 (:func:`dsv41_kernels.ops.mhc.hc_derived_weights.split_tf32`); two tensor-core products
 ``x·hi + x·lo`` lose nothing on the activation side (bf16 is exact in TF32) and carry ``fn`` to
-about 22 bits (C.7).
+about 22 bits (C.7). Only ``lo`` is stored: ``hi`` is read from ``fn`` itself.
 
 Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 
-- ``compensated`` (>= 128 rows): split-K TF32 passes over ``[hi | lo]`` packed as 64 columns,
-  per K slice a partial ``[S, m, 64]`` and a partial sum of squares ``[S, m]``; one finisher
-  reduces the slices in a fixed order, adds the compensation columns, applies the RMS factor,
-  the gates and the 20-iteration Sinkhorn. On sm_80+ (aligned rows) the projection is
-  the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared
-  memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s where the Triton
-  projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2); elsewhere Triton.
-  The two differ in the last bits and the statistics feed the residual streams every rank of
-  a tensor-parallel group holds a copy of, so the choice never depends on the toolchain: a
-  machine that cannot build or load the CUDA module gets that error, not the other bits.
+- ``compensated`` (>= 128 rows): split-K TF32 passes over ``hi`` and ``lo`` as the 64 columns
+  ``[hi | 0 | lo | 0]``, per K slice a partial ``[S, m, 64]`` and a partial sum of squares
+  ``[S, m]``; one finisher reduces the slices in a fixed order, adds the compensation columns,
+  applies the RMS factor, the gates and the 20-iteration Sinkhorn. On sm_80+ (aligned rows, ``fn``
+  contiguous) the projection is the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async
+  pipeline into shared memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s
+  where the Triton projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2);
+  elsewhere Triton. The two differ in the last bits and the statistics feed the residual streams
+  every rank of a tensor-parallel group holds a copy of, so the choice never depends on the
+  toolchain: a machine that cannot build or load the CUDA module gets that error, not the other
+  bits.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -37,8 +38,8 @@ implies (:func:`dsv41_kernels.cases.hc_mix_stats.stats_tolerances`); each path i
 and ``batch_invariant`` is bitwise independent of batch size and row position.
 
 Derived weights: :class:`~dsv41_kernels.ops.mhc.hc_derived_weights.HcDerivedWeights` holds the
-split of one sublayer's ``fn``, made once at load (the compensated paths split a bare ``fn`` on
-every call).
+residual of one sublayer's ``fn``, made once at load (the compensated paths make it from a bare
+``fn`` on every call).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
-from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, pack_split
+from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, tf32_residual
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     MODULE,
     SplitKConfig,
@@ -122,7 +123,7 @@ def _path(rows: int, mode: str) -> tuple[str, str]:
     return "small_row", f"{rows} rows < {COMPENSATED_MIN_ROWS}"
 
 
-def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
+def _plan(x: torch.Tensor, fn: torch.Tensor, derived: bool, mode: str) -> Admission:
     where = triton_device(x)
     if not where:
         return where
@@ -131,11 +132,11 @@ def _plan(x: torch.Tensor, derived: bool, mode: str) -> Admission:
     path, why = _path(x.shape[0], mode)
     projection, module = TRITON, None
     if path in ("compensated", "batch_invariant"):
-        if cuda_kernel_fits(x.flatten(1)):  # never the toolchain: the same path on every rank
+        if cuda_kernel_fits(x.flatten(1), fn):  # never the toolchain: the same on every rank
             projection, module = CUDA, MODULE
             why += ", CUDA mma.sync projection"
         if not derived:
-            why += ", fn split on every call (pass HcDerivedWeights)"
+            why += ", fn's residual made on every call (pass HcDerivedWeights)"
     return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
 
 
@@ -146,7 +147,8 @@ def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admi
         _validate_inputs(x, weights, mode)
     except ValueError as e:
         return invalid(e)
-    return _plan(x, isinstance(weights, HcDerivedWeights), mode)
+    derived = isinstance(weights, HcDerivedWeights)
+    return _plan(x, weights.fn if derived else weights, derived, mode)
 
 
 def hc_mix_stats(
@@ -169,7 +171,7 @@ def hc_mix_stats(
     Args:
         x: ``[m, 4H]`` bf16, the flattened streams (``[m, 4, H]`` is accepted and flattened).
         weights: ``fn [24, 4H]`` fp32, or its :class:`HcDerivedWeights` (the compensated paths
-            split a bare ``fn`` on every call; pass the holder to split once).
+            make a bare ``fn``'s residual on every call; pass the holder to make it once).
         scale: ``[3]`` fp32 (pre, post, comb). base: ``[24]`` fp32.
         iters, rms_eps, eps, post_mult: V4's 20, 1e-6, 1e-6, 2.0.
         mode: ``"auto"`` (compensated from 128 rows, small-row below), ``"compensated"``,
@@ -189,9 +191,9 @@ def hc_mix_stats(
     x2d = x.flatten(1)
     holder = weights if isinstance(weights, HcDerivedWeights) else None
     fn = holder.fn if holder else weights
-    packed = holder.require_active() if holder else None
+    lo = holder.require_active() if holder else None
     if admission is None:
-        admission = _plan(x, holder is not None, mode)
+        admission = _plan(x, fn, holder is not None, mode)
     if not admission:
         mix = hc_mix(x2d, fn, rms_eps=scalars["rms_eps"], dtype=torch.float32)
         stats = hc_gates(
@@ -205,15 +207,15 @@ def hc_mix_stats(
         return (*stats, mix) if return_mix else stats
     path, projection = admission.kernel.split("/")
     numerics = "tf32x3" if path == "small_row" else "compensated"
-    w = fn  # tf32x3 splits fn in registers; the compensated kernels read the packed split
-    if numerics == "compensated":
-        w = packed if packed is not None else pack_split(fn)
+    if numerics == "compensated" and lo is None:
+        lo = tf32_residual(fn)  # tf32x3 splits fn in registers
     cuda = projection == CUDA
     cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], num_sms(x.device), cuda=cuda)
     check_config(cfg)
     return launch(
         x2d,
-        w,
+        fn,
+        lo,
         scale,
         base,
         numerics=numerics,

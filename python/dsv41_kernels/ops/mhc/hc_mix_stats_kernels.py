@@ -18,10 +18,12 @@ import triton.language as tl
 
 from dsv41_kernels.interpreter import serialized, triton_interpreter
 from dsv41_kernels.jit import cuda_index, load_module, multiprocessors, sm_major
-from dsv41_kernels.ops.mhc.hc_derived_weights import LO_COLUMN, PACKED_COLUMNS
+from dsv41_kernels.ops.mhc.hc_derived_weights import TF32_DROPPED_BITS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
 
 _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
+_COMPENSATED_COLUMNS = 64  # the partials' [hi (24) | 0 (8) | lo (24) | 0 (8)]: one N tile
+_LO_COLUMN = 32
 _MAX_SPLITS = 256
 _FINISH_TILE = 128
 """(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
@@ -33,6 +35,9 @@ _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU
 _STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
 _MIX = tl.constexpr(HC_MIX)
 _GATE_N = tl.constexpr(_GATE_COLUMNS)
+_LO_N = tl.constexpr(_LO_COLUMN)
+_TF32_MASK = tl.constexpr(-(1 << TF32_DROPPED_BITS))
+_EXPONENT_BITS = tl.constexpr(0x7F800000)
 
 
 MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection
@@ -40,14 +45,16 @@ CUDA_ROWS_PER_CTA = 128
 """Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_stats.cu``)."""
 
 
-def cuda_kernel_fits(x2d: torch.Tensor) -> bool:
+def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
     """The compensated projection is the CUDA kernel's (cp.async pipeline, TF32 mma.sync)
-    rather than the Triton one's: sm_80+, ``K % 64 == 0`` and 16-byte aligned rows of stride
-    1. Pure: shapes, strides, alignment and the GPU's architecture, never the toolchain (the
-    two projections differ in the last bits and the statistics feed replicated residual
-    streams: :mod:`.hc_mix_stats`)."""
+    rather than the Triton one's: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of stride 1
+    and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides, alignment and the GPU's
+    architecture, never the toolchain (the two projections differ in the last bits and the
+    statistics feed replicated residual streams: :mod:`.hc_mix_stats`)."""
     return (
         x2d.is_cuda
+        and fn.is_contiguous()
+        and fn.data_ptr() % 16 == 0
         and x2d.dtype == torch.bfloat16
         and x2d.shape[1] % 64 == 0
         and x2d.stride(1) == 1
@@ -106,10 +113,19 @@ def num_sms(device: torch.device) -> int:
     return multiprocessors(cuda_index(device))
 
 
+@triton.jit
+def _tf32_part(w):
+    """``hi`` of ``split_tf32``: ``w`` with its low 13 bits cleared, ``w`` itself if not finite."""
+    bits = w.to(tl.int32, bitcast=True)
+    truncated = (bits & _TF32_MASK).to(tl.float32, bitcast=True)
+    return tl.where((bits & _EXPONENT_BITS) != _EXPONENT_BITS, truncated, w)
+
+
 @triton.jit(do_not_specialize=["m", "zero"])
 def _mix_partials_kernel(
     x_ptr,
-    w_ptr,
+    w_ptr,  # fn [w_rows, K] (compensated: read as hi)
+    lo_ptr,  # compensated: fn's residual [w_rows, K], contiguous
     part_ptr,  # fp32 [S, m, BLOCK_N]
     sqsum_ptr,  # fp32 [S, m]
     m,
@@ -125,9 +141,12 @@ def _mix_partials_kernel(
     BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr,
     PRECISION: tl.constexpr,
+    COMPENSATED: tl.constexpr,
     PREFETCH: tl.constexpr,
 ):
-    """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``.
+    """``part[s, r, n] = Σ_{k in slice s} x[r, k]·w[n, k]``, ``sqsum[s, r] = Σ_{k in s} x[r, k]²``;
+    ``COMPENSATED``: ``w`` is ``hi`` (made from fn while loading) in columns 0-23 and ``lo`` in
+    32-55, the rest zero.
 
     Slice ``s`` of ``S`` takes ``nb // S + (s < nb % S)`` K blocks (``nb`` blocks in all) in
     order; ``m`` is not specialised, so every batch size runs the same code."""
@@ -140,10 +159,15 @@ def _mix_partials_kernel(
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     row_ok = rows < m
     cols = tl.arange(0, BLOCK_N)
-    col_ok = cols < w_rows
+    hi_col = cols < _LO_N  # compensated: the columns of hi
+    w_row = cols  # the row of fn (or of lo) a column reads
+    if COMPENSATED:
+        w_row = cols % _LO_N
+    col_ok = w_row < w_rows
     ks = first * BLOCK_K + tl.arange(0, BLOCK_K)
     x_ptrs = x_ptr + rows.to(tl.int64)[:, None] * stride_xm + ks[None, :] * stride_xk
-    w_ptrs = w_ptr + cols[None, :] * stride_wn + ks[:, None] * stride_wk
+    w_ptrs = w_ptr + w_row[None, :] * stride_wn + ks[:, None] * stride_wk
+    lo_ptrs = lo_ptr + w_row[None, :] * K + ks[:, None]
 
     # x is read through registers (it is converted to fp32 for the TF32 MMA), which Triton's
     # pipeliner does not prefetch: the next tile's load is issued by hand before this tile's
@@ -176,12 +200,16 @@ def _mix_partials_kernel(
             )
             line_ptrs += BLOCK_K * stride_xk
         x_mask = rows[:, None] < tl.where(step + 1 < count, m, 0)
-        if EVEN_K:
-            w = tl.load(w_ptrs, mask=col_ok[None, :], other=0.0)
-        else:
-            k_ok = ks + step * BLOCK_K < K
-            w = tl.load(w_ptrs, mask=col_ok[None, :] & k_ok[:, None], other=0.0)
+        w_mask = col_ok[None, :]
+        if not EVEN_K:
+            w_mask = w_mask & (ks + step * BLOCK_K < K)[:, None]
             x_mask = x_mask & (ks + (step + 1) * BLOCK_K < K)[None, :]
+        if COMPENSATED:
+            hi = tl.load(w_ptrs, mask=w_mask & hi_col[None, :], other=0.0)
+            lo = tl.load(lo_ptrs, mask=w_mask & ~hi_col[None, :], other=0.0)
+            w = tl.where(hi_col[None, :], _tf32_part(hi), lo)
+        else:
+            w = tl.load(w_ptrs, mask=w_mask, other=0.0)
         x_next = tl.load(x_ptrs + BLOCK_K * stride_xk, mask=x_mask, other=0.0)
         xf = x.to(tl.float32)  # bf16 -> fp32 is exact, and exact in TF32
         sqsum += tl.sum(xf * xf, axis=1)
@@ -194,6 +222,7 @@ def _mix_partials_kernel(
         x = x_next
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
+        lo_ptrs += BLOCK_K
 
     out = split.to(tl.int64) * m + rows
     tl.store(part_ptr + out[:, None] * BLOCK_N + cols[None, :], acc, mask=row_ok[:, None])
@@ -377,21 +406,23 @@ def _store4(ptr, a, b, c, d, row_ok):
     tl.store(ptr + 3, d, mask=row_ok)
 
 
-def _launch_triton_partials(x2d, w, partial, sqsum, *, numerics, cfg):
+def _launch_triton_partials(x2d, fn, lo, partial, sqsum, *, numerics, cfg):
     m, k = x2d.shape
+    compensated = numerics == "compensated"
     with serialized():
         _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
             x2d,
-            w,
+            fn,
+            lo if compensated else fn,  # not read unless compensated
             partial,
             sqsum,
             m,
             k,
-            w.shape[0],
+            fn.shape[0],
             x2d.stride(0),
             x2d.stride(1),
-            w.stride(0),
-            w.stride(1),
+            fn.stride(0),
+            fn.stride(1),
             0.0,
             BLOCK_M=cfg.block_m,
             BLOCK_N=partial.shape[2],
@@ -399,19 +430,23 @@ def _launch_triton_partials(x2d, w, partial, sqsum, *, numerics, cfg):
             EVEN_K=k % cfg.block_k == 0,
             # tf32x3 (small_row): on the raw fn, its split made in registers (x's residual is 0).
             PRECISION="tf32x3" if numerics == "tf32x3" else "tf32",
+            COMPENSATED=compensated,
             PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
             num_warps=cfg.num_warps,
             num_stages=cfg.num_stages,
         )
 
 
-def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix):
+def launch(
+    x2d, fn, lo, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix
+):
     """The projection (CUDA with ``cuda``, else Triton) and the finisher: ``(pre, post, comb)``
-    and, with ``return_mix``, ``mix``. ``numerics``: ``"compensated"`` (``w`` is
-    :func:`pack_split` of fn), ``"tf32x3"`` or ``"tf32"`` (single pass; ``w`` is fn)."""
+    and, with ``return_mix``, ``mix``. ``numerics``: ``"compensated"`` (``lo``: fn's
+    :func:`~dsv41_kernels.ops.mhc.hc_derived_weights.tf32_residual`), ``"tf32x3"`` or
+    ``"tf32"`` (single pass; ``lo`` is not read)."""
     m, k = x2d.shape
     compensated = numerics == "compensated"
-    part_n = PACKED_COLUMNS if compensated else _GATE_COLUMNS
+    part_n = _COMPENSATED_COLUMNS if compensated else _GATE_COLUMNS
     device = x2d.device
     pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
@@ -423,9 +458,9 @@ def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, pos
     partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
     sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
     if cuda:
-        load_module(MODULE, device.index or 0).hc_mix_partials_tf32(x2d, w, partial, sqsum)
+        load_module(MODULE, device.index or 0).hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum)
     else:
-        _launch_triton_partials(x2d, w, partial, sqsum, numerics=numerics, cfg=cfg)
+        _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
     slices_per_step = min(
         triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)
     )
@@ -447,7 +482,7 @@ def launch(x2d, w, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, pos
             post_mult,
             PART_N=part_n,
             COMPENSATED=compensated,
-            LO_COLUMN=LO_COLUMN,
+            LO_COLUMN=_LO_COLUMN,
             ITERS=iters,
             FAST_RCP=not triton_interpreter(),
             BLOCK_S=slices_per_step,
