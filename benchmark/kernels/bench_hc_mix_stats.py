@@ -55,7 +55,9 @@ SGLANG_MHC = "sglang.kernels.ops.layernorm.mhc"
 ARMS = ("fp32 torch", "tf32 1-pass", "compensated", "small_row", "batch_inv", "ours")
 MODES = {"compensated": "compensated", "small_row": "small_row", "batch_inv": "batch_invariant"}
 TARGETS = {("compensated", 4096): 100.0, ("small_row", 6): 8.0}
-SWEEP_ROWS = (6, 64, 1024, 4096)  # --sweep: decode, and the prefill sizes that matter most
+SWEEP_ROWS = (6, 64, 256, 512, 1024, 2048, 4096)  # --sweep: decode, and prefill sizes
+CUDA_SWEEP_SPLITS = (4, 8, 12, 16, 24, 33, 48, 66)
+"""K slices the sweep gives the CUDA projection (its default fills two CTAs an SM)."""
 
 
 def torch_fp32(x, fn, scale, base):
@@ -132,7 +134,8 @@ def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
             fields["kernel"] = hc_mix_stats_admission(x, holder).kernel
         records.append(timed("hc_mix_stats", shape, arm, run, **fields))
     if sweep and m in SWEEP_ROWS:
-        for path, cfg in sweep_configs(m, 4 * hidden):
+        cuda = hc_mix_stats_admission(x, holder, "compensated").kernel == "compensated/cuda"
+        for path, cfg in sweep_configs(m, 4 * hidden, cuda=cuda):
             run = lambda p=path, c=cfg: hc_mix_stats(
                 x, holder, scale, base, mode=p, return_mix=True, config=c
             )
@@ -147,8 +150,20 @@ def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
     return records
 
 
-def sweep_configs(m: int, k: int):
+def sweep_configs(m: int, k: int, *, cuda: bool):
+    """Launch shapes to time at ``m`` rows: the small-row path's slices and warps up to 64 rows;
+    above, the CUDA projection's K slices and finisher rows (the only knobs it has) where it
+    runs, else the Triton projection's tiles."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
+    if m > 64 and cuda:
+        base = split_k_config("compensated", m, k, sms, cuda=True)
+        for splits in CUDA_SWEEP_SPLITS:
+            for finish_rows in (4, 8, 16):
+                yield (
+                    "compensated",
+                    dataclasses.replace(base, splits=splits, finish_rows=finish_rows),
+                )
+        return
     if m <= 64:
         base = split_k_config("small_row", m, k, sms)
         for splits in (16, 32, 64, 128, 256):

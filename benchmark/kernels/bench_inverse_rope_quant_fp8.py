@@ -78,7 +78,9 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
         work, table, positions, o_groups=groups, rotate_o=True, tables_ready=True
     )
     mine = same_layout(call.o)
-    got = inverse_rope_quant_fp8(mine, table, positions, o_groups=groups, rotate_o=True)
+    got = inverse_rope_quant_fp8(
+        mine, table, positions, o_groups=groups, rotate_o=True, tables_ready=True
+    )
     kernel = inverse_rope_quant_fp8_admission(work, table, positions, o_groups=groups).kernel
     rope, why = sglang_function("sglang.kernels.ops.attention.dsv4.norm_rope", "fused_rope_inplace")
     quant, why_not = sglang_function(

@@ -6,7 +6,7 @@ tensor-core products ``x·hi + x·lo`` carry ``fn`` to about 22 bits (docs/specs
 ``lo`` is stored: ``hi`` is what the tensor core reads from ``fn``'s own bits, so the kernels
 take ``fn`` for it (the Triton projection clears the 13 bits while loading, which gives the same
 values). At DeepSeek-V4.1's ``fn [24, 20480]`` that is 1.97 MB per sublayer, where SGLang's
-bf16x3 parts take 2.9 MB (a packed ``[hi | lo]`` copy took 5.2 MB).
+bf16x3 parts take 2.95 MB (a packed ``[hi | lo]`` copy took 5.2 MB).
 
 :class:`HcDerivedWeights` holds the residual of one sublayer's ``fn``, built at load. While it
 is active ``fn`` must not be updated in place: the residual, and any CUDA graph captured with
