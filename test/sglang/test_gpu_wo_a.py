@@ -155,6 +155,26 @@ def test_hooked_output_path_equals_sglangs(plugin, fired, tp, tokens):
     assert counts[QUANT_HOOK] == {"ours": runs, "sglang": {}}, counts
 
 
+def test_hook_declines_where_sglangs_chain_measured_faster(plugin, fired, monkeypatch):
+    """Unforced on the H200 at TP 1: ours at 96 tokens, SGLang's chain at 97 and 384 (measured
+    faster at 384: ``sglang_plugin.measured``); SGLang's bits either way."""
+    from dsv41_kernels.jit import sm_major
+
+    if sm_major(torch.cuda.current_device()) != 9:
+        pytest.skip("measured on the H200 only")
+    monkeypatch.delenv("DSV41_KERNELS_FORCE")
+    layer = callers.v41_attention_layer(1, "cuda")
+    for tokens in (96, 97, 384):
+        o, positions = callers.attention_output(layer, tokens, seed=tokens, padded=False)
+        mine, theirs = same_layout(o), same_layout(o)
+        ours = output_path(layer, mine, positions, plugin_on=True)
+        sglang = output_path(layer, theirs, positions, plugin_on=False)
+        assert_bitwise((*ours, mine), (*sglang, theirs), tokens)
+    counts = fired()[ROPE_HOOK]
+    assert counts["ours"] == 1 and sum(counts["sglang"].values()) == 2, counts
+    assert all(reason.startswith("measured slower") for reason in counts["sglang"]), counts
+
+
 def test_hooked_output_path_in_a_cuda_graph(plugin, fired):
     """Captured with the plugin on (after an eager warm-up, as SGLang's graph runner does) and
     replayed on new values: SGLang's own output path on those values, bit for bit."""
