@@ -208,7 +208,7 @@ def hc_mix_stats(
     path, projection = admission.kernel.split("/")
     numerics = "tf32x3" if path == "small_row" else "compensated"
     if numerics == "compensated" and lo is None:
-        lo = tf32_residual(fn)  # tf32x3 splits fn in registers
+        lo = tf32_residual(fn)  # only compensated reads lo; tf32x3 splits fn in registers
     cuda = projection == CUDA
     cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], num_sms(x.device), cuda=cuda)
     check_config(cfg)
