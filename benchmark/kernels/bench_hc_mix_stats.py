@@ -46,7 +46,7 @@ from dsv41_kernels.cases.hc_mix_stats import (
 )
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import SplitKConfig, split_k_config
+from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import SplitKConfig, split_k_config, uses_wgmma
 from dsv41_kernels.reference.mhc import hc_gates, hc_mix
 
 HIDDEN = 5120
@@ -156,9 +156,10 @@ def sweep_configs(m: int, k: int, *, cuda: bool):
     runs, else the Triton projection's tiles."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if m > 64 and cuda:
-        base = split_k_config("compensated", m, k, sms, cuda=True)
+        wgmma = uses_wgmma(torch.device("cuda"))
+        base = split_k_config("compensated", m, k, sms, cuda=True, wgmma=wgmma)
         for splits in CUDA_SWEEP_SPLITS:
-            for finish_rows in (4, 8, 16):
+            for finish_rows in (2, 4, 8, 16, 32):
                 yield (
                     "compensated",
                     dataclasses.replace(base, splits=splits, finish_rows=finish_rows),

@@ -1,6 +1,7 @@
-// Split-K partials of the compensated mHC projection: part = x·[hi | lo]^T and Σx², per K slice,
-// read from fn itself (its TF32 part hi is what the tensor core takes from fn's bits) and the
-// stored residual lo = fn - hi: no copy of hi is kept.
+// Split-K partials of the compensated mHC projection: part = x·hi^T + x·lo^T and Σx², per K
+// slice, read from fn itself (its TF32 part hi is what the tensor core takes from fn's bits) and
+// the stored residual lo = fn - hi: no copy of hi is kept. Two kernels give them: wgmma on
+// Hopper (sm_90a), mma.sync elsewhere (sm_80+, the SM100 family).
 //
 // The Triton projection converts bf16 x to fp32 in registers before its TF32 MMA, so its x
 // loads are not pipelined and the kernel waits on DRAM once per K step. Here x and w go
@@ -8,36 +9,28 @@
 // 64 K columns in the ring, so STAGES - 1 chunks are in flight while one is multiplied), and
 // every warp converts its x fragment in registers right before the MMA.
 //
-// Tiling (one CTA = kRows rows x one K slice, grid (ceil(m / kRows), S)):
-// - a stage holds x [kRows x 64] bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as
-//   hi) then lo's 24, 64 fp32 each;
-// - a warp owns WARP_ROWS rows x WARP_COLS of those 48 columns (both halves, or hi or lo),
-//   as m16n8k8 tiles; its B fragments serve all its row tiles, its A fragments all its
-//   column tiles;
-// - k permutation: inside each 32-column group q of a chunk, lane t of a quad owns physical
-//   columns 32q + 8t .. 32q + 8t + 7 and feeds columns 2j, 2j + 1 of them to MMA step j as
-//   the logical k = t and k = t + 4 of both A and B. So one 16-byte shared load gives a lane
-//   a row's x for four MMAs, two give it a column's w for four MMAs;
-// - shared rows are XOR-swizzled at 16-byte granularity (x: chunk ^ 4·(row & 1), w: chunk ^
-//   (row & 1)) so those loads, and the cp.async stores, are free of bank conflicts.
+// One CTA = kRows rows x one K slice, grid (ceil(m / kRows), S). A stage holds x [kRows x 64]
+// bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as hi) then lo's 24, 64 fp32 each.
+// Each thread holds the hi and the lo products of the same (row, column), so it adds them
+// into the slice's one partial.
 //
-// Numerics contract (what the finisher in hc_mix_stats.py relies on):
-// - part[s, r, n] = Σ_{k in slice s} x[r, k]·hi[n, k] for n in 0-23 and x[r, k]·lo[n - 32, k]
-//   for n in 32-55; columns 24-31 and 56-63 are written as 0.0. sqsum[s, r] =
-//   Σ_{k in slice s} float(x[r, k])² in fp32.
-// - Products run on tensor cores (mma.sync m16n8k8 tf32): bf16 -> fp32 is exact and exact in
-//   TF32, and fn/lo are passed as raw fp32 bits. The tensor core reads their top 19 bits, so
-//   fn's product is hi's (split_tf32: hi = fn with the low 13 bits cleared, fn itself where
-//   not finite), bit for bit; the GPU tier checks it against a staged hi.
+// Numerics contract (what the finisher in hc_mix_stats_kernels.py relies on):
+// - part[s, r, n] = Σ_{k in slice s} x[r, k]·hi[n, k] + Σ_{k in slice s} x[r, k]·lo[n, k] for
+//   n in 0-23 (the two sums kept apart to the end of the slice, then one IEEE fp32 add);
+//   columns 24-31 are written as 0.0. sqsum[s, r] = Σ_{k in slice s} float(x[r, k])² in fp32.
+// - Products run on tensor cores (TF32 MMAs): bf16 -> fp32 is exact and exact in TF32, and
+//   fn/lo are passed as raw fp32 bits. The tensor core reads their top 19 bits, so fn's
+//   product is hi's (split_tf32: hi = fn with the low 13 bits cleared, fn itself where not
+//   finite), bit for bit; the GPU tier checks it against a staged hi, for both kernels.
 // - The tensor core's internal accumulation is not round-to-nearest and drifts over long K,
-//   so each 64-column chunk is one fresh 8-MMA chain from zero, added to the running sum
-//   with an IEEE fp32 add. hi and lo columns accumulate separately.
+//   so each 64-column chunk is one fresh 8-step chain from zero, added to the running sums
+//   with an IEEE fp32 add. The two kernels' tensor cores round inside a chain differently:
+//   their partials differ in the last bits.
 // - Slice s covers the 64-column blocks [first, first + count) with nb = K / 64, first =
 //   s·(nb / S) + min(s, nb % S), count = nb / S + (s < nb % S), as the Triton kernel.
 // - Deterministic: a fixed order everywhere (no atomics). sqsum: per lane, each chunk's squares
 //   in one fma chain added to a running sum (chains of ~count, not 16·count, roundings), then
-//   a fixed shuffle tree over the quad, then (when two warps split the 32-column groups of a
-//   chunk) half 0 + half 1.
+//   a fixed shuffle tree over the quad.
 //
 // Launch: one kernel on tvm-ffi's stream for x's device; no allocation, no host sync (it is
 // captured in CUDA graphs).
@@ -58,52 +51,41 @@ namespace {
 using tvm::ffi::TensorView;
 
 constexpr int kBlockK = 64;         // K columns per chunk: one fresh MMA chain
-constexpr int kPackedCols = 64;     // part columns: [hi 24 | 0 8 | lo 24 | 0 8]
-constexpr int kHalfCols = 32;       // the lo half of part starts here
-constexpr int kMixCols = 24;        // rows of fn and of lo, useful columns per half
+constexpr int kPartCols = 32;       // part columns: [hi + lo 24 | 0 8]
+constexpr int kMixCols = 24;        // rows of fn and of lo, useful columns of part
 constexpr int kStagedWRows = 48;    // fn's rows then lo's, together in shared memory
 constexpr int kXRowBytes = 128;     // 64 bf16
 constexpr int kWRowBytes = 256;     // 64 fp32
 constexpr int kSmemPerSm = 233472;  // 228 KB on sm_90 and sm_100
 constexpr int kSmemPerCta = 1024;   // reserved by the system per resident CTA
 
-// A launch shape. WARP_ROWS x WARP_COLS per warp (WARP_COLS 48: hi and lo; 24: one of them).
-template <int ROWS, int WARP_ROWS, int WARP_COLS, int STAGES>
-struct Shape {
-  static constexpr int kRows = ROWS;
-  static constexpr int kStages = STAGES;
-  static constexpr int kMTiles = WARP_ROWS / 16;  // m16 tiles per warp
-  static constexpr int kNTiles = WARP_COLS / 8;   // n8 tiles per warp
-  static constexpr int kWarpsM = ROWS / WARP_ROWS;
-  static constexpr int kWarpsN = kStagedWRows / WARP_COLS;  // 1: both halves, 2: one each
-  static constexpr int kThreads = 32 * kWarpsM * kWarpsN;
-  static constexpr int kXStageBytes = ROWS * kXRowBytes;
-  static constexpr int kStageBytes = kXStageBytes + kStagedWRows * kWRowBytes;
-  static constexpr int kSqBytes = kWarpsN == 2 ? ROWS * 4 : 0;  // half 1's row sums for half 0
-  static constexpr int kSmemBytes = STAGES * kStageBytes + kSqBytes;
-  // Two CTAs a SM when their shared memory fits (the register cap then follows).
-  static constexpr int kMinBlocks = 2 * (kSmemBytes + kSmemPerCta) <= kSmemPerSm ? 2 : 1;
-  static constexpr int kXCopies = ROWS * (kXRowBytes / 16) / kThreads;  // per thread per stage
-  static constexpr int kWCopies = kStagedWRows * (kWRowBytes / 16) / kThreads;
-
-  static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "rows in m16 tiles");
-  static_assert(WARP_COLS == 24 || WARP_COLS == 48, "a warp takes one half or both");
-  static_assert(kXCopies * kThreads == ROWS * 8 && kWCopies * kThreads == kStagedWRows * 16,
-                "whole 16-byte copies per thread");
-  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "threads");
-  static_assert(STAGES >= 2, "a ring of at least two chunks");
-};
+// Two CTAs a SM when their shared memory fits (the register cap then follows).
+constexpr int min_blocks(int smem_bytes) {
+  return 2 * (smem_bytes + kSmemPerCta) <= kSmemPerSm ? 2 : 1;
+}
 
 struct Params {
   const __nv_bfloat16* x;  // [m, K], row stride x_stride elements
   const float* fn;         // [24, K] contiguous: read as hi
   const float* lo;         // [24, K] contiguous: fn - hi
-  float* part;             // [S, m, 64] contiguous
+  float* part;             // [S, m, 32] contiguous
   float* sqsum;            // [S, m] contiguous
   int64_t x_stride;
   int m;
   int k;
 };
+
+// The 64-column blocks of K slice `split` of `splits`: [first, first + count).
+struct Slice {
+  int first;
+  int count;
+};
+
+__device__ __forceinline__ Slice slice_of(const Params& p, int split, int splits) {
+  const int n_blocks = p.k / kBlockK;
+  return {split * (n_blocks / splits) + min(split, n_blocks % splits),
+          n_blocks / splits + (split < n_blocks % splits ? 1 : 0)};
+}
 
 __device__ __forceinline__ uint32_t shared_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -130,6 +112,80 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
+// This thread's x copies of a chunk: copy i is the 16 bytes at src + i·ROW_STEP rows to dst +
+// i·ROW_STEP rows; rows past m (i·ROW_STEP >= rows_left) copy nothing and zero-fill, their
+// source kept a valid address.
+template <int COPIES, int ROW_STEP>
+__device__ __forceinline__ void copy_x_rows(const Params& p, uint32_t dst, const __nv_bfloat16* src,
+                                            int rows_left) {
+#pragma unroll
+  for (int i = 0; i < COPIES; ++i) {
+    const bool real = i * ROW_STEP < rows_left;
+    copy_x(dst + i * ROW_STEP * kXRowBytes, real ? src + i * ROW_STEP * p.x_stride : p.x,
+           real ? 16u : 0u);
+  }
+}
+
+// Staged w row `row` (0-23: fn, 24-47: lo) at K column `column`.
+__device__ __forceinline__ const float* w_source(const Params& p, int row, int64_t column) {
+  return (row < kMixCols ? p.fn + static_cast<int64_t>(row) * p.k
+                         : p.lo + static_cast<int64_t>(row - kMixCols) * p.k) +
+         column;
+}
+
+// The quad's sum of its lanes' squares (a fixed tree): every lane gets it.
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+// One row of slice `split`'s partial from lane t of its quad: columns 8·tile + 2t (+1) of
+// hi[tile] + lo[tile], the zeros 24 + 2t (+1), and (lane 0) the row's Σx².
+__device__ __forceinline__ void store_partial_row(const Params& p, int split, int row, int t,
+                                                  float sq, const float2 (&hi)[3],
+                                                  const float2 (&lo)[3]) {
+  if (row >= p.m) return;
+  const int64_t out = static_cast<int64_t>(split) * p.m + row;
+  if (t == 0) p.sqsum[out] = sq;
+  float* part_row = p.part + out * kPartCols + 2 * t;
+#pragma unroll
+  for (int tile = 0; tile < 3; ++tile) {
+    *reinterpret_cast<float2*>(part_row + 8 * tile) =
+        make_float2(hi[tile].x + lo[tile].x, hi[tile].y + lo[tile].y);  // IEEE fp32 adds
+  }
+  *reinterpret_cast<float2*>(part_row + kMixCols) = make_float2(0.0f, 0.0f);
+}
+
+// ---- mma.sync (sm_80+): a warp owns WARP_ROWS rows x all 48 staged columns as m16n8k8 tiles;
+// its B fragments serve all its row tiles, its A fragments all six column tiles.
+// - k permutation: inside each 32-column group q of a chunk, lane t of a quad owns physical
+//   columns 32q + 8t .. 32q + 8t + 7 and feeds columns 2j, 2j + 1 of them to MMA step j as
+//   the logical k = t and k = t + 4 of both A and B. So one 16-byte shared load gives a lane
+//   a row's x for four MMAs, two give it a column's w for four MMAs;
+// - shared rows are XOR-swizzled at 16-byte granularity (x: chunk ^ 4·(row & 1), w: chunk ^
+//   (row & 1)) so those loads, and the cp.async stores, are free of bank conflicts.
+template <int ROWS, int WARP_ROWS, int STAGES>
+struct Shape {
+  static constexpr int kRows = ROWS;
+  static constexpr int kStages = STAGES;
+  static constexpr int kMTiles = WARP_ROWS / 16;    // m16 tiles per warp
+  static constexpr int kNTiles = kStagedWRows / 8;  // n8 tiles: hi's 3, then lo's 3
+  static constexpr int kThreads = 32 * (ROWS / WARP_ROWS);
+  static constexpr int kXStageBytes = ROWS * kXRowBytes;
+  static constexpr int kStageBytes = kXStageBytes + kStagedWRows * kWRowBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  static constexpr int kMinBlocks = min_blocks(kSmemBytes);
+  static constexpr int kXCopies = ROWS * (kXRowBytes / 16) / kThreads;  // per thread per stage
+  static constexpr int kWCopies = kStagedWRows * (kWRowBytes / 16) / kThreads;
+
+  static_assert(WARP_ROWS % 16 == 0 && ROWS % WARP_ROWS == 0, "rows in m16 tiles");
+  static_assert(kXCopies * kThreads == ROWS * 8 && kWCopies * kThreads == kStagedWRows * 16,
+                "whole 16-byte copies per thread");
+  static_assert(kThreads % 32 == 0 && kThreads <= 1024, "threads");
+  static_assert(STAGES >= 2, "a ring of at least two chunks");
+};
+
 // d += a·b on a tensor core, fp32 accumulate; a and b are fp32 bit patterns read as TF32.
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
@@ -139,30 +195,18 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Column of part that n8 tile `tile` (of the 6 staged ones) lands in: hi tiles 0-2 -> 0-23,
-// lo tiles 3-5 -> 32-55.
-__device__ __forceinline__ int part_column(int tile) {
-  return tile * 8 + (tile >= kMixCols / 8 ? kHalfCols - kMixCols : 0);
-}
-
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     hc_mix_partials_kernel(const Params p) {
-  extern __shared__ __align__(128) unsigned char smem[];
+  extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
   const int g = lane / 4;  // MMA group: row (A, C) or column (B) within the tile
   const int t = lane % 4;  // thread in group: which 8 physical k of a 32-column group
-  const int warp_m = warp % S::kWarpsM;
-  const int warp_n = warp / S::kWarpsM;
 
   const int row0 = blockIdx.x * S::kRows;
-  const int split = blockIdx.y;
-  const int splits = gridDim.y;
-  const int n_blocks = p.k / kBlockK;
-  const int first = split * (n_blocks / splits) + min(split, n_blocks % splits);
-  const int count = n_blocks / splits + (split < n_blocks % splits ? 1 : 0);
+  const Slice slice = slice_of(p, blockIdx.y, gridDim.y);
 
   // ---- copy assignment: x copy i of this thread is row x_row + i·kXRowStep, 16-byte chunk
   // tid % 8; every row step is even, so the swizzle (row parity) is the same for all i.
@@ -181,34 +225,24 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   auto load_chunk = [&](int stage, int block) {
     const uint32_t base = smem_base + stage * S::kStageBytes;
     const int64_t k0 = static_cast<int64_t>(block) * kBlockK;
-#pragma unroll
-    for (int i = 0; i < S::kXCopies; ++i) {
-      const bool real = i * kXRowStep < rows_left;
-      // Rows past m copy nothing and zero-fill; their source stays a valid address.
-      const __nv_bfloat16* src = real ? x_src + i * kXRowStep * p.x_stride + k0 : p.x;
-      copy_x(base + x_dst + i * kXRowStep * kXRowBytes, src, real ? 16u : 0u);
-    }
+    copy_x_rows<S::kXCopies, kXRowStep>(p, base + x_dst, x_src + k0, rows_left);
 #pragma unroll
     for (int i = 0; i < S::kWCopies; ++i) {
-      const int row = w_row + i * kWRowStep;  // staged rows 0-23: fn, 24-47: lo
-      const float* src = row < kMixCols ? p.fn + static_cast<int64_t>(row) * p.k
-                                        : p.lo + static_cast<int64_t>(row - kMixCols) * p.k;
-      copy_w(base + w_dst + i * kWRowStep * kWRowBytes, src + k0 + w_chunk * 4);
+      copy_w(base + w_dst + i * kWRowStep * kWRowBytes,
+             w_source(p, w_row + i * kWRowStep, k0 + w_chunk * 4));
     }
   };
 
   // ---- fragment addresses (bytes within a stage). A: row g (+8) of each m tile, logical
   // chunk 4q + t of the row. B: staged row g of each n tile, logical chunks 8q + 2t, +1.
-  const int warp_row = warp_m * S::kMTiles * 16;
-  const int warp_tile = warp_n * S::kNTiles;  // first of the warp's n8 tiles (of 6)
+  const int warp_row = warp * S::kMTiles * 16;
   uint32_t a_off[2], b_off[2][2];
 #pragma unroll
   for (int q = 0; q < 2; ++q) {
     a_off[q] = (warp_row + g) * kXRowBytes + (((4 * q + t) ^ ((g & 1) << 2)) << 4);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      b_off[q][h] = S::kXStageBytes + (warp_tile * 8 + g) * kWRowBytes +
-                    (((8 * q + 2 * t + h) ^ (g & 1)) << 4);
+      b_off[q][h] = S::kXStageBytes + g * kWRowBytes + (((8 * q + 2 * t + h) ^ (g & 1)) << 4);
     }
   }
 
@@ -217,15 +251,15 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 
 #pragma unroll
   for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < count) load_chunk(s, first + s);
+    if (s < slice.count) load_chunk(s, slice.first + s);
     commit_copies();  // one group per slot, empty or not, so the wait count below holds
   }
 
-  for (int step = 0; step < count; ++step) {
+  for (int step = 0; step < slice.count; ++step) {
     wait_copies<S::kStages - 2>();  // this thread's copies of chunk `step` have landed
     __syncthreads();  // everyone's have, and everyone is done with chunk step - 1's slot
     const int ahead = step + S::kStages - 1;
-    if (ahead < count) load_chunk(ahead % S::kStages, first + ahead);
+    if (ahead < slice.count) load_chunk(ahead % S::kStages, slice.first + ahead);
     commit_copies();
 
     const unsigned char* stage = smem + (step % S::kStages) * S::kStageBytes;
@@ -250,20 +284,17 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
           b[ni][h] = *reinterpret_cast<const float4*>(stage + b_off[q][h] + ni * 8 * kWRowBytes);
         }
       }
-      // Squares of each x element once: with two column warps, half h takes group q == h.
-      if (S::kWarpsN == 1 || q == warp_n) {
 #pragma unroll
-        for (int mi = 0; mi < S::kMTiles; ++mi) {
+      for (int mi = 0; mi < S::kMTiles; ++mi) {
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const uint32_t words[4] = {a[mi][hr].x, a[mi][hr].y, a[mi][hr].z, a[mi][hr].w};
+        for (int hr = 0; hr < 2; ++hr) {
+          const uint32_t words[4] = {a[mi][hr].x, a[mi][hr].y, a[mi][hr].z, a[mi][hr].w};
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              const float even = __uint_as_float(words[j] << 16);
-              const float odd = __uint_as_float(words[j] & 0xffff0000u);
-              chunk_sq[mi][hr] = fmaf(even, even, chunk_sq[mi][hr]);
-              chunk_sq[mi][hr] = fmaf(odd, odd, chunk_sq[mi][hr]);
-            }
+          for (int j = 0; j < 4; ++j) {
+            const float even = __uint_as_float(words[j] << 16);
+            const float odd = __uint_as_float(words[j] & 0xffff0000u);
+            chunk_sq[mi][hr] = fmaf(even, even, chunk_sq[mi][hr]);
+            chunk_sq[mi][hr] = fmaf(odd, odd, chunk_sq[mi][hr]);
           }
         }
       }
@@ -302,55 +333,202 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     }
   }
 
-  // ---- sqsum: the quad's four lanes (a fixed tree), then half 0 + half 1.
 #pragma unroll
   for (int mi = 0; mi < S::kMTiles; ++mi) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      float v = sq[mi][hr];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      sq[mi][hr] = v;
+    for (int hr = 0; hr < 2; ++hr) {  // tile ni's C registers 2hr, 2hr + 1: row g + 8hr
+      float2 hi[3], lo[3];
+#pragma unroll
+      for (int tile = 0; tile < 3; ++tile) {
+        hi[tile] = make_float2(acc[mi][tile][2 * hr], acc[mi][tile][2 * hr + 1]);
+        lo[tile] = make_float2(acc[mi][tile + 3][2 * hr], acc[mi][tile + 3][2 * hr + 1]);
+      }
+      store_partial_row(p, blockIdx.y, row0 + warp_row + mi * 16 + hr * 8 + g, t,
+                        quad_sum(sq[mi][hr]), hi, lo);
     }
   }
-  float* half_sq = reinterpret_cast<float*>(smem + S::kStages * S::kStageBytes);
-  if constexpr (S::kWarpsN == 2) {
-    if (warp_n == 1 && t == 0) {
+}
+
+// ---- wgmma (sm_90a): a warpgroup owns 64 rows and all 48 staged columns. Per k8 step one
+// wgmma m64n48k8 takes A (x as TF32) from registers and B (w) from shared memory, so w is read
+// once a warpgroup by the tensor core, not once a warp by the threads, and a chunk is 8
+// instructions.
+// - B is staged as two 32-column atoms a chunk (48 rows x 128 bytes each) in the 128-byte
+//   swizzle the descriptor names: 16-byte unit u of row n at (u ^ (n % 8)); k8 step j reads
+//   atom j / 4 from byte 32·(j % 4). w's k order is then the physical one, so A follows it:
+//   lane (g, t) of a warp gives columns t and t + 4 of each k8 step of its rows g and g + 8,
+//   two bf16 of one 16-byte unit of x, read as its words t / 2 and 2 + t / 2. x's units are
+//   swizzled the same way, so the eight rows of a load hit eight different bank groups.
+// - sqsum: each lane's chain takes its 16 elements of each of its two rows per chunk.
+template <int WARPGROUPS, int STAGES>
+struct WgmmaShape {
+  static constexpr int kRows = 64 * WARPGROUPS;
+  static constexpr int kThreads = 128 * WARPGROUPS;
+  static constexpr int kStages = STAGES;
+  static constexpr int kAtomBytes = kStagedWRows * 128;  // 32 fp32 columns of the 48 rows
+  static constexpr int kWStageBytes = 2 * kAtomBytes;
+  static constexpr int kStageBytes = kWStageBytes + kRows * kXRowBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  static constexpr int kMinBlocks = min_blocks(kSmemBytes);
+  static constexpr int kXCopies = kRows * (kXRowBytes / 16) / kThreads;
+  static constexpr int kWUnits = kStagedWRows * (kWRowBytes / 16);
+  static constexpr int kWCopies = (kWUnits + kThreads - 1) / kThreads;  // the last may be idle
+
+  static_assert(kAtomBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms 1024-aligned");
+  static_assert(kXCopies * kThreads == kRows * 8, "whole 16-byte x copies per thread");
+  static_assert((kThreads / 8) % 8 == 0, "one x swizzle per thread");
+};
+
+// The shared-memory matrix descriptor of one k8 step of B: K-major, 128-byte swizzle, 8-row
+// groups 1024 bytes apart (the leading byte offset is unused in this layout).
+__device__ __forceinline__ uint64_t b_descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{1} << 16) |
+         (uint64_t{1024 >> 4} << 32) | (uint64_t{1} << 62);
+}
+
+// Keeps the compiler from moving accesses of wgmma's registers across its fences.
+__device__ __forceinline__ void pin(float (&d)[24]) {
 #pragma unroll
-      for (int mi = 0; mi < S::kMTiles; ++mi) {
+  for (int i = 0; i < 24; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (+)= a·b over one k8 step, a from registers, b through its descriptor; `accumulate` 0
+// starts a fresh chain.
+__device__ __forceinline__ void wgmma_m64n48k8(float (&d)[24], const uint32_t (&a)[4], uint64_t b,
+                                               int accumulate) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %29, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n48k8.f32.tf32.tf32 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23}, {%24, %25, %26, %27}, %28, p, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+#endif
+}
+
+template <class S>
+__global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
+    hc_mix_partials_wgmma_kernel(const Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const int tid = threadIdx.x;
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int g = lane / 4;
+  const int t = lane % 4;
+  const int my_row = warp * 16 + g;  // this lane's rows of the CTA: my_row and my_row + 8
+  // Bytes 2, 3 (t odd) or 0, 1 (t even) of a word to the top, zeros below: a bf16 as fp32.
+  const uint32_t to_fp32 = (t & 1) ? 0x3244u : 0x1044u;
+
+  const int row0 = blockIdx.x * S::kRows;
+  const Slice slice = slice_of(p, blockIdx.y, gridDim.y);
+  const uint32_t smem_base = shared_addr(smem);
+  if ((smem_base & 1023) != 0) __trap();  // the swizzle is of absolute address bits
+
+  // ---- copies: x unit x_unit of row x_row + i·kXRowStep (the row step is a multiple of 8: one
+  // swizzle for all i); w unit tid + i·kThreads of the stage's 48 x 16.
+  constexpr int kXRowStep = S::kThreads / 8;
+  const int x_row = tid / 8;
+  const int x_unit = tid % 8;
+  const uint32_t x_dst = S::kWStageBytes + x_row * kXRowBytes + ((x_unit ^ (x_row & 7)) << 4);
+  const __nv_bfloat16* x_src = p.x + (row0 + x_row) * p.x_stride + x_unit * 8;
+  const int rows_left = p.m - row0 - x_row;
+
+  uint32_t w_dst[S::kWCopies];  // w unit tid + i·kThreads: row unit / 16, 16-byte column % 16
+  const float* w_src[S::kWCopies];
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) half_sq[warp_row + mi * 16 + hr * 8 + g] = sq[mi][hr];
+  for (int i = 0; i < S::kWCopies; ++i) {
+    const int unit = min(tid + i * S::kThreads, S::kWUnits - 1);
+    const int row = unit / 16;
+    const int column = unit % 16;  // in atom column / 8
+    w_dst[i] = (column / 8) * S::kAtomBytes + row * 128 + (((column % 8) ^ (row & 7)) << 4);
+    w_src[i] = w_source(p, row, column * 4);
+  }
+
+  auto load_chunk = [&](int stage, int block) {
+    const uint32_t base = smem_base + stage * S::kStageBytes;
+    const int64_t k0 = static_cast<int64_t>(block) * kBlockK;
+    copy_x_rows<S::kXCopies, kXRowStep>(p, base + x_dst, x_src + k0, rows_left);
+#pragma unroll
+    for (int i = 0; i < S::kWCopies; ++i) {
+      if (S::kWCopies * S::kThreads == S::kWUnits || tid + i * S::kThreads < S::kWUnits) {
+        copy_w(base + w_dst[i], w_src[i] + k0);
       }
     }
-    __syncthreads();
+  };
+
+  float acc[24] = {};  // n8 block b (hi 0-2, lo 3-5): registers 4b + 2hr (+1), row g + 8hr
+  float chunk[24] = {};
+  float sq[2] = {};
+
+#pragma unroll
+  for (int s = 0; s < S::kStages - 1; ++s) {
+    if (s < slice.count) load_chunk(s, slice.first + s);
+    commit_copies();
   }
-  const int64_t out_row0 = static_cast<int64_t>(split) * p.m + row0 + warp_row;
+
+  for (int step = 0; step < slice.count; ++step) {
+    wait_copies<S::kStages - 2>();
+    // The tensor core reads w through the async proxy: make this thread's copies visible to it.
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();  // and everyone's; every wgmma of chunk step - 1 has completed
+    const int ahead = step + S::kStages - 1;
+    if (ahead < slice.count) load_chunk(ahead % S::kStages, slice.first + ahead);
+    commit_copies();
+
+    const uint32_t stage = smem_base + (step % S::kStages) * S::kStageBytes;
+    const unsigned char* x_stage = smem + (step % S::kStages) * S::kStageBytes + S::kWStageBytes;
+    uint32_t a[8][4];  // k8 step j: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
+    float chunk_sq[2] = {};
 #pragma unroll
-  for (int mi = 0; mi < S::kMTiles; ++mi) {
+    for (int j = 0; j < 8; ++j) {
 #pragma unroll
-    for (int hr = 0; hr < 2; ++hr) {
-      const int local = mi * 16 + hr * 8 + g;
-      if (row0 + warp_row + local >= p.m) continue;
-      const int64_t out = out_row0 + local;
-      if (warp_n == 0 && t == 0) {
-        p.sqsum[out] = S::kWarpsN == 2 ? sq[mi][hr] + half_sq[warp_row + local] : sq[mi][hr];
-      }
-      float* part_row = p.part + out * kPackedCols + 2 * t;
-#pragma unroll
-      for (int ni = 0; ni < S::kNTiles; ++ni) {
-        *reinterpret_cast<float2*>(part_row + part_column(warp_tile + ni)) =
-            make_float2(acc[mi][ni][2 * hr], acc[mi][ni][2 * hr + 1]);
-      }
-      // The zero columns after each half this warp owns (24-31, 56-63).
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        if (S::kWarpsN == 1 || half == warp_n) {
-          *reinterpret_cast<float2*>(part_row + half * kHalfCols + kMixCols) =
-              make_float2(0.0f, 0.0f);
-        }
+      for (int hr = 0; hr < 2; ++hr) {
+        // bf16 t and t + 4 of the unit: half t % 2 of words t / 2 and 2 + t / 2, moved up to
+        // fp32 by one byte permutation each.
+        const uint32_t* unit = reinterpret_cast<const uint32_t*>(
+            x_stage + (my_row + 8 * hr) * kXRowBytes + ((j ^ g) << 4));
+        a[j][hr] = __byte_perm(unit[t / 2], 0, to_fp32);
+        a[j][2 + hr] = __byte_perm(unit[2 + t / 2], 0, to_fp32);
+        const float e0 = __uint_as_float(a[j][hr]);
+        const float e1 = __uint_as_float(a[j][2 + hr]);
+        chunk_sq[hr] = fmaf(e0, e0, chunk_sq[hr]);
+        chunk_sq[hr] = fmaf(e1, e1, chunk_sq[hr]);
       }
     }
+    pin(chunk);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");  // orders the A registers' writes
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      wgmma_m64n48k8(chunk, a[j], b_descriptor(stage + (j / 4) * S::kAtomBytes + (j % 4) * 32),
+                     j > 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    pin(chunk);
+#pragma unroll
+    for (int i = 0; i < 24; ++i) acc[i] += chunk[i];  // IEEE fp32 add
+    sq[0] += chunk_sq[0];
+    sq[1] += chunk_sq[1];
   }
+
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    float2 hi[3], lo[3];
+#pragma unroll
+    for (int tile = 0; tile < 3; ++tile) {
+      hi[tile] = make_float2(acc[4 * tile + 2 * hr], acc[4 * tile + 2 * hr + 1]);
+      lo[tile] = make_float2(acc[4 * tile + 12 + 2 * hr], acc[4 * tile + 12 + 2 * hr + 1]);
+    }
+    store_partial_row(p, blockIdx.y, row0 + my_row + 8 * hr, t, quad_sum(sq[hr]), hi, lo);
+  }
+#else
+  __trap();  // launched only on sm_90 (the host checks), built into sm_90a modules
+#endif
 }
 
 // Checks every argument and returns the kernel parameters (part.size(0) slices).
@@ -366,8 +544,7 @@ Params checked_params(const TensorView& x, const TensorView& fn, const TensorVie
   const int device = x.device().device_id;
   check_tensor(fn, "fn", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
   check_tensor(lo, "lo", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(part, "part", {kAnySize, m, kPackedCols}, {kFloat32}, device, Layout::kContiguous,
-               8);
+  check_tensor(part, "part", {kAnySize, m, kPartCols}, {kFloat32}, device, Layout::kContiguous, 8);
   const int64_t splits = part.size(0);
   if (splits < 1 || splits > 65535) {
     TVM_FFI_THROW(ValueError) << "part: S = " << splits << " must be in 1..65535";
@@ -385,44 +562,62 @@ Params checked_params(const TensorView& x, const TensorView& fn, const TensorVie
   return p;
 }
 
-template <class S>
-void launch(const Params& p, int splits, int device) {
+template <class S, void (*Kernel)(Params)>
+void launch(const Params& p, int splits, int device, const char* name) {
   if (p.m == 0) return;
-  auto kernel = hc_mix_partials_kernel<S>;
   // The opt-in above 48 KB of shared memory.
-  set_attribute_at_least<hc_mix_partials_kernel<S>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-      S::kSmemBytes, device, "hc_mix_partials");
+  set_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(S::kSmemBytes, device,
+                                                                              name);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((p.m + S::kRows - 1) / S::kRows, splits, 1);
   config.blockDim = dim3(S::kThreads, 1, 1);
   config.dynamicSmemBytes = S::kSmemBytes;
   config.stream = env_stream(device);
-  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, p);
   if (err != cudaSuccess) {
-    TVM_FFI_THROW(RuntimeError) << "hc_mix_partials launch failed: " << cudaGetErrorString(err);
+    TVM_FFI_THROW(RuntimeError) << name << " launch failed: " << cudaGetErrorString(err);
   }
 }
 
-// The default launch shape: 128 rows, 4 warps of 32 rows x both halves, 4 stages, two CTAs
-// an SM (the fastest of the H200 sweep at 4096 and 16384 rows).
-using DefaultShape = Shape<128, 32, 48, 4>;
+// The launch shapes: 128 rows a CTA and two CTAs an SM (mma.sync: 4 warps of 32 rows, the
+// fastest of the H200 sweep at 4096 and 16384 rows; wgmma: two warpgroups), or for wgmma 256
+// rows and one CTA an SM (four warpgroups: w's copies per row halve; on the H200 4-8 % faster
+// from 1024 rows, slower below). 4 stages each.
+using SyncShape = Shape<128, 32, 4>;
+using WgmmaShape128 = WgmmaShape<2, 4>;
+using WgmmaShape256 = WgmmaShape<4, 4>;
 
 }  // namespace
 
 // x: bf16 [m, K] (last-dim stride 1, 16-byte aligned rows, K % 64 == 0); fn and its TF32
-// residual lo: fp32 [24, K] each; part: fp32 [S, m, 64]; sqsum: fp32 [S, m] (all four
-// contiguous, fn and lo 16-byte aligned). Writes every row < m of every slice; the grid is
-// (ceil(m / rows_per_cta), S).
+// residual lo: fp32 [24, K] each; part: fp32 [S, m, 32]; sqsum: fp32 [S, m] (all four
+// contiguous, fn and lo 16-byte aligned). wgmma: the Hopper kernel (sm_90 only), else the
+// mma.sync one. rows_per_cta: 128, or 256 with wgmma. Writes every row < m of every slice; the
+// grid is (ceil(m / rows_per_cta), S).
 void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView part,
-                          TensorView sqsum) {
+                          TensorView sqsum, bool wgmma, int64_t rows_per_cta) {
   const Params p = checked_params(x, fn, lo, part, sqsum);
   const int device = x.device().device_id;
   tvm::ffi::CUDADeviceGuard guard(device);
-  launch<DefaultShape>(p, static_cast<int>(part.size(0)), device);
+  const int splits = static_cast<int>(part.size(0));
+  if (!(rows_per_cta == 128 || (wgmma && rows_per_cta == 256))) {
+    TVM_FFI_THROW(ValueError) << "rows_per_cta: " << rows_per_cta
+                              << " is not 128, or 256 with wgmma";
+  }
+  if (!wgmma) {
+    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, splits, device, "hc_mix_partials");
+    return;
+  }
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
+  if (rows_per_cta == 128) {
+    launch<WgmmaShape128, hc_mix_partials_wgmma_kernel<WgmmaShape128>>(p, splits, device,
+                                                                       "hc_mix_partials_wgmma");
+  } else {
+    launch<WgmmaShape256, hc_mix_partials_wgmma_kernel<WgmmaShape256>>(p, splits, device,
+                                                                       "hc_mix_partials_wgmma");
+  }
 }
 
-// Rows per CTA of the default shape: the caller picks S from ceil(m / rows) CTAs per slice.
-int64_t hc_mix_partials_rows_per_cta() { return DefaultShape::kRows; }
-
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_mix_partials_tf32, hc_mix_partials_tf32);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_mix_partials_rows_per_cta, hc_mix_partials_rows_per_cta);

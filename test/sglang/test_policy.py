@@ -78,9 +78,10 @@ MEASURED = [
     ("accept", 9, 384, False),
     ("mhc", 10, 1024, False),  # measured on the H200 only
     ("mhc", 9, 128, False),
-    ("mhc", 9, 256, True),
-    ("mhc", 9, 4095, True),
-    ("mhc", 9, 4096, False),
+    ("mhc", 9, 256, False),
+    ("mhc", 9, 257, True),
+    ("mhc", 9, 2047, True),
+    ("mhc", 9, 2048, False),
     ("combine", 9, 64, False),
     ("combine", 9, 96, False),
     ("combine", 9, 2048, False),  # SGLang's branch there cannot run on the test machine

@@ -11,11 +11,12 @@ from dsv41_kernels.cases.hc_mix_stats import (
     single_pass_tf32,
     stats_mismatches,
 )
-from dsv41_kernels.jit import load_module, module_available
+from dsv41_kernels.jit import load_module, module_available, sm_major
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
-    CUDA_ROWS_PER_CTA,
+    SplitKConfig,
+    check_config,
     cuda_kernel_fits,
     split_k_config,
 )
@@ -213,6 +214,29 @@ def test_launch_shapes_fit_grid_limits_up_to_65536_rows(path):
     assert split_k_config("compensated", 6, 20480, 132).splits > 1  # small m fills the machine
 
 
+def test_cuda_launch_shapes():
+    """The CUDA projection's rows a CTA and slices (H200, K = 20480): 128 rows two CTAs an SM,
+    or with wgmma from WGMMA_WIDE_ROWS rows 256 rows one CTA an SM; the table is checked."""
+    shape = lambda m, wgmma: split_k_config("compensated", m, 20480, 132, cuda=True, wgmma=wgmma)
+    assert [(c.block_m, c.splits) for c in (shape(512, True), shape(1023, True))] == [
+        (128, 66),
+        (128, 33),
+    ]
+    assert [(shape(m, True).block_m, shape(m, True).splits) for m in (1024, 4096, 16384)] == [
+        (256, 33),
+        (256, 8),
+        (256, 2),
+    ]
+    assert shape(4096, False).block_m == 128 and shape(4096, False).splits == 8
+    for m in (128, 1024, 65536):
+        for wgmma in (False, True):
+            check_config(shape(m, wgmma), cuda=True, wgmma=wgmma)
+    with pytest.raises(ValueError, match="block_m must be 128"):
+        check_config(shape(4096, True), cuda=True, wgmma=False)
+    with pytest.raises(ValueError, match="block_m must be 128"):
+        check_config(SplitKConfig(64, 64, 8, 8, 4, 16), cuda=True, wgmma=True)
+
+
 # ---- the kernels under the interpreter (structure; no TF32 there) --------------------------
 
 KERNEL_CASES = [
@@ -348,13 +372,13 @@ def test_gpu_other_shapes(m, hidden):
     reason="no GPU, or no CUDA module for it (none prebuilt, no toolchain): Triton projection",
 )
 def test_gpu_cuda_projection_agrees_with_the_triton_projection():
-    assert load_module("hc_mix_stats").hc_mix_partials_rows_per_cta() == CUDA_ROWS_PER_CTA
+    projection = "CUDA wgmma projection" if sm_major(0) == 9 else "CUDA mma.sync projection"
     for m in (1, 128, 300, 4096):
         x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=200 + m)
         holder = HcDerivedWeights(fn)
         ref = reference_with_mix(x, fn, scale, base)
         admission = hc_mix_stats_admission(x, holder, "compensated")
-        assert "CUDA mma.sync projection" in admission.reason
+        assert projection in admission.reason
         assert admission.kernel == "compensated/cuda"
         results = []
         for kernel in ("compensated/cuda", "compensated/triton"):
@@ -385,9 +409,13 @@ def test_gpu_cuda_projection_agrees_with_the_triton_projection():
 )
 def test_gpu_cuda_projection_reads_fn_as_its_tf32_part():
     """The CUDA projection takes fn for hi: the tensor core reads the same TF32 value from
-    both, so the partials equal those of a staged hi bit for bit, special values included; an
-    fn that is not contiguous takes the Triton projection."""
+    both, so the partials equal those of a staged hi bit for bit, special values included, in
+    every kernel and launch shape the GPU has; the wgmma kernel's bits do not depend on its
+    rows a CTA, and its partials are the mma.sync kernel's to a few ulp (the tensor cores
+    round inside a chain differently). An fn that is not contiguous takes the Triton
+    projection."""
     module = load_module("hc_mix_stats")
+    kernels = [(False, 128)] + ([(True, 128), (True, 256)] if sm_major(0) == 9 else [])
     for m, seed in ((1, 1), (128, 2), (300, 3)):
         x, fn, _, _ = example_inputs(m, 5120, device="cuda", seed=300 + seed)
         fn = fn * torch.logspace(-30, 30, fn.shape[1], device="cuda")  # every exponent range
@@ -399,14 +427,31 @@ def test_gpu_cuda_projection_reads_fn_as_its_tf32_part():
             .view(torch.float32)
         )  # NaNs whose payload lies in the 13 bits the tensor core drops
         hi, lo = split_tf32(fn)
-        got, want = [
-            (torch.empty(8, m, 64, device="cuda"), torch.empty(8, m, device="cuda"))
-            for _ in range(2)
-        ]
-        module.hc_mix_partials_tf32(x, fn, lo, *got)
-        module.hc_mix_partials_tf32(x, hi.contiguous(), lo, *want)
-        for u, v in zip(got, want, strict=True):
-            assert torch.equal(bits(u), bits(v))
+        runs = []
+        for kernel in kernels:
+            got, want = [
+                (torch.full((8, m, 32), 7.0, device="cuda"), torch.full((8, m), 7.0, device="cuda"))
+                for _ in range(2)
+            ]
+            module.hc_mix_partials_tf32(x, fn, lo, *got, *kernel)
+            module.hc_mix_partials_tf32(x, hi.contiguous(), lo, *want, *kernel)
+            for u, v in zip(got, want, strict=True):
+                assert torch.equal(bits(u), bits(v))
+            assert torch.all(got[0][..., 24:] == 0)
+            runs.append(got)
+        for later in runs[2:]:  # wgmma at 256 rows a CTA against 128
+            assert all(torch.equal(bits(u), bits(v)) for u, v in zip(later, runs[1], strict=True))
+        for later in runs[1:2]:  # wgmma against mma.sync, where both are finite
+            for u, v in zip(later, runs[0], strict=True):
+                assert torch.equal(torch.isfinite(u), torch.isfinite(v))
+                finite = torch.isfinite(u)
+                assert (u - v)[finite].abs().max() <= 1e-6 * v[finite].abs().max()
+    x, fn, _, _ = example_inputs(4, 5120, device="cuda", seed=9)
+    part, sqsum = torch.empty(8, 4, 32, device="cuda"), torch.empty(8, 4, device="cuda")
+    with pytest.raises(ValueError, match="rows_per_cta"):
+        module.hc_mix_partials_tf32(x, fn, split_tf32(fn)[1], part, sqsum, False, 256)
+    with pytest.raises(ValueError, match="part"):
+        module.hc_mix_partials_tf32(x, fn, split_tf32(fn)[1], part[..., :16], sqsum, False, 128)
     x, fn, _, _ = example_inputs(128, 5120, device="cuda", seed=9)
     strided = torch.empty(fn.shape[1], fn.shape[0], device="cuda").t().copy_(fn)
     assert not cuda_kernel_fits(x, strided)

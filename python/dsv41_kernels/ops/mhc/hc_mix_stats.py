@@ -11,17 +11,18 @@ about 22 bits (C.7). Only ``lo`` is stored: ``hi`` is read from ``fn`` itself.
 
 Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 
-- ``compensated`` (>= 128 rows): split-K TF32 passes over ``hi`` and ``lo`` as the 64 columns
-  ``[hi | 0 | lo | 0]``, per K slice a partial ``[S, m, 64]`` and a partial sum of squares
-  ``[S, m]``; one finisher reduces the slices in a fixed order, adds the compensation columns,
-  applies the RMS factor, the gates and the 20-iteration Sinkhorn. On sm_80+ (aligned rows, ``fn``
-  contiguous) the projection is the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async
-  pipeline into shared memory, TF32 ``mma.sync``, two CTAs an SM: it streams x at ~2.7 TB/s
-  where the Triton projection, whose fp32 copy of x defeats the pipeliner, reaches ~1.2);
-  elsewhere Triton. The two differ in the last bits and the statistics feed the residual streams
-  every rank of a tensor-parallel group holds a copy of, so the choice never depends on the
-  toolchain: a machine that cannot build or load the CUDA module gets that error, not the other
-  bits.
+- ``compensated`` (>= 128 rows): split-K TF32 passes over ``hi`` and ``lo``, per K slice a
+  partial of the projection and a partial sum of squares ``[S, m]``; one finisher reduces the
+  slices in a fixed order, applies the RMS factor, the gates and the 20-iteration Sinkhorn. On
+  sm_80+ (aligned rows, ``fn`` contiguous) the projection is the CUDA kernel
+  ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared memory; TF32 ``wgmma``
+  on Hopper, ``mma.sync`` elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
+  ``x·hi + x·lo``; elsewhere Triton, whose partial is the 64 columns ``[hi | 0 | lo | 0]``
+  (the finisher adds the halves). The Triton projection's fp32 copy of x defeats its
+  pipeliner (~1.2 TB/s, against ~2.9 for the CUDA kernels). The two differ in the last bits
+  and the statistics feed the residual streams every rank of a tensor-parallel group holds a
+  copy of, so the choice never depends on the toolchain: a machine that cannot build or load
+  the CUDA module gets that error, not the other bits.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -66,6 +67,7 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     launch,
     num_sms,
     split_k_config,
+    uses_wgmma,
 )
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
 
@@ -134,7 +136,7 @@ def _plan(x: torch.Tensor, fn: torch.Tensor, derived: bool, mode: str) -> Admiss
     if path in ("compensated", "batch_invariant"):
         if cuda_kernel_fits(x.flatten(1), fn):  # never the toolchain: the same on every rank
             projection, module = CUDA, MODULE
-            why += ", CUDA mma.sync projection"
+            why += f", CUDA {'wgmma' if uses_wgmma(x.device) else 'mma.sync'} projection"
         if not derived:
             why += ", fn's residual made on every call (pass HcDerivedWeights)"
     return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
@@ -210,8 +212,9 @@ def hc_mix_stats(
     if numerics == "compensated" and lo is None:
         lo = tf32_residual(fn)  # only compensated reads lo; tf32x3 splits fn in registers
     cuda = projection == CUDA
-    cfg = config or split_k_config(path, x2d.shape[0], x2d.shape[1], num_sms(x.device), cuda=cuda)
-    check_config(cfg)
+    wgmma = cuda and uses_wgmma(x.device)
+    cfg = config or split_k_config(path, *x2d.shape, num_sms(x.device), cuda=cuda, wgmma=wgmma)
+    check_config(cfg, cuda=cuda, wgmma=wgmma)
     return launch(
         x2d,
         fn,

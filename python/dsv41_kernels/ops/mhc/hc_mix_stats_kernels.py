@@ -2,9 +2,10 @@
 
 Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
 the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
-sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: cp.async into shared memory and
-TF32 ``mma.sync``, two CTAs an SM); then one finisher (:func:`_mix_finish_kernel`) reduces the
-slices in a fixed order, adds the compensation columns, applies the RMS factor, the gates and
+sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: cp.async into shared memory, TF32
+``wgmma`` on Hopper and ``mma.sync`` elsewhere); then one finisher (:func:`_mix_finish_kernel`)
+reduces the slices in a fixed order, adds the compensation columns (Triton's partials keep
+them apart), applies the RMS factor, the gates and
 Sinkhorn. Launch shapes come from :func:`split_k_config`.
 """
 
@@ -41,12 +42,18 @@ _EXPONENT_BITS = tl.constexpr(0x7F800000)
 
 
 MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection
-CUDA_ROWS_PER_CTA = 128
-"""Rows of one CTA of the CUDA projection (``sgl-kernel/csrc/hc_mix_stats.cu``)."""
+WGMMA_WIDE_ROWS = 1024
+"""From this many rows the wgmma projection takes 256 rows a CTA, one CTA an SM (H200: 4-8 %
+faster from 1024 rows, slower below); otherwise 128 rows, two CTAs an SM."""
+
+
+def uses_wgmma(device: torch.device) -> bool:
+    """The CUDA projection's Hopper kernel (wgmma) runs on sm_90; mma.sync elsewhere."""
+    return sm_major(cuda_index(device)) == 9
 
 
 def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
-    """The compensated projection is the CUDA kernel's (cp.async pipeline, TF32 mma.sync)
+    """The compensated projection is the CUDA kernel's (cp.async pipeline, TF32 tensor cores)
     rather than the Triton one's: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of stride 1
     and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides, alignment and the GPU's
     architecture, never the toolchain (the two projections differ in the last bits and the
@@ -76,12 +83,16 @@ class SplitKConfig:
     finish_rows: int  # rows per finisher program
 
 
-def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = False) -> SplitKConfig:
+def split_k_config(
+    path: str, m: int, k: int, num_sms: int, *, cuda: bool = False, wgmma: bool = False
+) -> SplitKConfig:
     """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
 
     ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
-    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 4096 rows -> 32 tiles x
-    8 slices; 16384 -> 128 x 2); only ``splits`` and ``finish_rows`` apply to it.
+    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 512 rows -> 4 tiles x 66
+    slices); with ``wgmma`` from :data:`WGMMA_WIDE_ROWS` rows 256 rows a CTA, one an SM
+    (4096 rows -> 16 tiles x 8 slices; 16384 -> 64 x 2). Only ``block_m`` (the rows a CTA),
+    ``splits`` and ``finish_rows`` apply to it.
 
     The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
     copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
@@ -90,12 +101,16 @@ def split_k_config(path: str, m: int, k: int, num_sms: int, *, cuda: bool = Fals
     the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
     """
     if path == "batch_invariant":
-        return SplitKConfig(64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
-    finish_rows = max(1, min(16, triton.next_power_of_2(triton.cdiv(m, num_sms))))
+        return SplitKConfig(128 if cuda else 64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
+    # About a row a program per SM, half that below 1024 rows (the finisher's dependent chain,
+    # not its loads, sets its time there), at most 32 (H200 sweep, docs/results/h200/session7).
+    finish_rows = triton.next_power_of_2(triton.cdiv(m, num_sms))
+    finish_rows = max(1, min(32, finish_rows if m >= 1024 else finish_rows // 2))
     if cuda and path == "compensated":
-        fill = 2 * num_sms // max(1, triton.cdiv(m, CUDA_ROWS_PER_CTA))
+        rows, per_sm = (256, 1) if wgmma and m >= WGMMA_WIDE_ROWS else (128, 2)
+        fill = per_sm * num_sms // max(1, triton.cdiv(m, rows))
         splits = max(1, min(fill, 128, k // 64))
-        return SplitKConfig(CUDA_ROWS_PER_CTA, 64, splits, 8, 4, finish_rows)
+        return SplitKConfig(rows, 64, splits, 8, 4, finish_rows)
     block_k = 64
     if path == "small_row":  # small tiles, two programs per SM
         block_m = min(max(triton.next_power_of_2(m), 16), 64)
@@ -445,8 +460,9 @@ def launch(
     :func:`~dsv41_kernels.ops.mhc.hc_derived_weights.tf32_residual`), ``"tf32x3"`` or
     ``"tf32"`` (single pass; ``lo`` is not read)."""
     m, k = x2d.shape
-    compensated = numerics == "compensated"
-    part_n = _COMPENSATED_COLUMNS if compensated else _GATE_COLUMNS
+    # The CUDA kernels add each slice's x·lo to its x·hi themselves: their partials are 32 wide.
+    lo_columns = numerics == "compensated" and not cuda
+    part_n = _COMPENSATED_COLUMNS if lo_columns else _GATE_COLUMNS
     device = x2d.device
     pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
@@ -458,7 +474,8 @@ def launch(
     partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
     sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
     if cuda:
-        load_module(MODULE, device.index or 0).hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum)
+        module = load_module(MODULE, cuda_index(device))
+        module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, uses_wgmma(device), cfg.block_m)
     else:
         _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
     slices_per_step = min(
@@ -481,7 +498,7 @@ def launch(
             eps,
             post_mult,
             PART_N=part_n,
-            COMPENSATED=compensated,
+            COMPENSATED=lo_columns,
             LO_COLUMN=_LO_COLUMN,
             ITERS=iters,
             FAST_RCP=not triton_interpreter(),
@@ -492,12 +509,15 @@ def launch(
     return outputs
 
 
-def check_config(cfg: SplitKConfig) -> None:
-    """Raise ValueError unless ``cfg`` is a launch shape the kernels take."""
+def check_config(cfg: SplitKConfig, *, cuda: bool = False, wgmma: bool = False) -> None:
+    """Raise ValueError unless ``cfg`` is a launch shape the kernels take (``cuda``: the CUDA
+    projection's, ``wgmma`` its Hopper kernel's)."""
     pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
-    if not (cfg.block_m in (16, 32, 64, 128) and pow2(cfg.block_k, 16)):
+    if cuda and cfg.block_m not in ((128, 256) if wgmma else (128,)):
+        raise ValueError(f"config: block_m must be 128 (or 256 with wgmma) on CUDA, got {cfg}")
+    if not (cfg.block_m in (16, 32, 64, 128, 256) and pow2(cfg.block_k, 16)):
         raise ValueError(
-            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
+            f"config: block_m must be 16..256 and block_k a power of 2 >= 16, got {cfg}"
         )
     if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
         raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")
