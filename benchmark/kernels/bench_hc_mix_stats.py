@@ -152,8 +152,8 @@ def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
 
 def sweep_configs(m: int, k: int, *, cuda: bool):
     """Launch shapes to time at ``m`` rows: the small-row path's slices and warps up to 64 rows;
-    above, the CUDA projection's K slices and finisher rows (the only knobs it has) where it
-    runs, else the Triton projection's tiles."""
+    above, the CUDA projection's K slices and finisher rows where it runs (at the default's rows
+    a CTA), else the Triton projection's tiles."""
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     if m > 64 and cuda:
         wgmma = uses_wgmma(torch.device("cuda"))

@@ -24,8 +24,9 @@
 //   finite), bit for bit; the GPU tier checks it against a staged hi, for both kernels.
 // - The tensor core's internal accumulation is not round-to-nearest and drifts over long K,
 //   so each 64-column chunk is one fresh 8-step chain from zero, added to the running sums
-//   with an IEEE fp32 add. The two kernels' tensor cores round inside a chain differently:
-//   their partials differ in the last bits.
+//   with an IEEE fp32 add. The two kernels' tensor cores round inside a chain differently,
+//   and their lanes take different x elements into their sqsum chains: the two kernels'
+//   partials and sums of squares differ in the last bits.
 // - Slice s covers the 64-column blocks [first, first + count) with nb = K / 64, first =
 //   s·(nb / S) + min(s, nb % S), count = nb / S + (s < nb % S), as the Triton kernel.
 // - Deterministic: a fixed order everywhere (no atomics). sqsum: per lane, each chunk's squares

@@ -19,10 +19,10 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   on Hopper, ``mma.sync`` elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
   ``x·hi + x·lo``; elsewhere Triton, whose partial is the 64 columns ``[hi | 0 | lo | 0]``
   (the finisher adds the halves). The Triton projection's fp32 copy of x defeats its
-  pipeliner (~1.2 TB/s, against ~2.9 for the CUDA kernels). The two differ in the last bits
-  and the statistics feed the residual streams every rank of a tensor-parallel group holds a
-  copy of, so the choice never depends on the toolchain: a machine that cannot build or load
-  the CUDA module gets that error, not the other bits.
+  pipeliner (~1.2 TB/s, against ~2.7 for ``mma.sync`` and ~3.2 for ``wgmma``). The two differ
+  in the last bits and the statistics feed the residual streams every rank of a
+  tensor-parallel group holds a copy of, so the choice never depends on the toolchain: a
+  machine that cannot build or load the CUDA module gets that error, not the other bits.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -180,7 +180,9 @@ def hc_mix_stats(
             ``"small_row"`` or ``"batch_invariant"`` (see the module).
         return_mix: also return ``mix [m, 24]`` fp32, the projection times the RMS factor.
         config: a :class:`SplitKConfig` overriding the launch shape (tuning); in
-            ``batch_invariant`` mode invariance holds among calls that use the same one.
+            ``batch_invariant`` mode invariance holds among calls that use the same one. On
+            the CUDA projection its ``block_m`` is the rows a CTA: 128, or 256 on Hopper
+            (anything else is a ValueError).
         admission: this call's :func:`hc_mix_stats_admission`, when the caller already made it.
 
     Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.

@@ -23,7 +23,7 @@ from dsv41_kernels.ops.mhc.hc_derived_weights import TF32_DROPPED_BITS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
 
 _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
-_COMPENSATED_COLUMNS = 64  # the partials' [hi (24) | 0 (8) | lo (24) | 0 (8)]: one N tile
+_COMPENSATED_COLUMNS = 64  # Triton's partials [hi (24) | 0 (8) | lo (24) | 0 (8)]: one N tile
 _LO_COLUMN = 32
 _MAX_SPLITS = 256
 _FINISH_TILE = 128
@@ -75,7 +75,7 @@ def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
 class SplitKConfig:
     """Launch shape of the split-K projection and of its finisher."""
 
-    block_m: int  # rows per projection program (tl.dot M tile)
+    block_m: int  # rows per projection program (tl.dot M tile; the CUDA kernel's rows a CTA)
     block_k: int  # K elements per pipelined step
     splits: int  # K slices (grid axis 1), each with its own partial
     num_warps: int
@@ -515,9 +515,9 @@ def check_config(cfg: SplitKConfig, *, cuda: bool = False, wgmma: bool = False) 
     pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
     if cuda and cfg.block_m not in ((128, 256) if wgmma else (128,)):
         raise ValueError(f"config: block_m must be 128 (or 256 with wgmma) on CUDA, got {cfg}")
-    if not (cfg.block_m in (16, 32, 64, 128, 256) and pow2(cfg.block_k, 16)):
+    if not ((cuda or cfg.block_m in (16, 32, 64, 128)) and pow2(cfg.block_k, 16)):
         raise ValueError(
-            f"config: block_m must be 16..256 and block_k a power of 2 >= 16, got {cfg}"
+            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
         )
     if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
         raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")
