@@ -5,9 +5,10 @@
 //
 // The Triton projection converts bf16 x to fp32 in registers before its TF32 MMA, so its x
 // loads are not pipelined and the kernel waits on DRAM once per K step. Here x and w go
-// straight from global to shared memory with cp.async (16-byte copies, STAGES chunks of
-// 64 K columns in the ring, so STAGES - 1 chunks are in flight while one is multiplied), and
-// every warp converts its x fragment in registers right before the MMA.
+// straight from global to shared memory (cp.async 16-byte copies in the mma.sync kernel, TMA
+// boxes in the wgmma one), STAGES chunks of 64 K columns in the ring, so the next chunks are
+// in flight while one is multiplied, and every warp converts its x fragment in registers
+// right before the MMA.
 //
 // One CTA = kRows rows x one K slice, grid (ceil(m / kRows), S). A stage holds x [kRows x 64]
 // bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as hi) then lo's 24, 64 fp32 each.
@@ -34,8 +35,11 @@
 //   a fixed shuffle tree over the quad.
 //
 // Launch: one kernel on tvm-ffi's stream for x's device; no allocation, no host sync (it is
-// captured in CUDA graphs).
+// captured in CUDA graphs). The wgmma kernel's tensor maps are encoded on the host each call
+// and passed by value with the parameters.
 
+#include <cuda.h>          // CUtensorMap
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -354,31 +358,96 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 // wgmma m64n48k8 takes A (x as TF32) from registers and B (w) from shared memory, so w is read
 // once a warpgroup by the tensor core, not once a warp by the threads, and a chunk is 8
 // instructions.
-// - B is staged as two 32-column atoms a chunk (48 rows x 128 bytes each) in the 128-byte
-//   swizzle the descriptor names: 16-byte unit u of row n at (u ^ (n % 8)); k8 step j reads
-//   atom j / 4 from byte 32·(j % 4). w's k order is then the physical one, so A follows it:
-//   lane (g, t) of a warp gives columns t and t + 4 of each k8 step of its rows g and g + 8,
-//   two bf16 of one 16-byte unit of x, read as its words t / 2 and 2 + t / 2. x's units are
-//   swizzled the same way, so the eight rows of a load hit eight different bank groups.
+// - Copies: a producer warpgroup (one thread issues) fills the ring with the tensor memory
+//   accelerator (TMA: x's [kRows x 64] box, then fn's and lo's [24 x 32] boxes twice), each
+//   stage completing on its `full` mbarrier; every consumer warp arrives on the stage's `empty`
+//   mbarrier once its wgmma has read it. No CTA-wide barrier in the loop: the warpgroups drift
+//   apart and one's shared loads overlap another's tensor-core steps.
+// - Inside a warpgroup the chunk goes in halves (k8 steps 0-3, 4-7), each one wgmma group with
+//   its own A registers: the loads of a half run while the tensor core multiplies the half
+//   before it. The extra A buffer needs more registers than an even share of the file, so the
+//   producer gives its registers to the consumers (setmaxnreg).
+// - Why: the cp.async kernel this replaced (all threads copying, a CTA barrier a chunk, loads
+//   then multiplies in turn) read x at 3.1 TB/s where a copy with its access pattern reads 3.9;
+//   this one reads it at 3.5 (docs/results/h200/session8).
+// - B is staged as two 32-column atoms a chunk (48 rows x 128 bytes each, fn's 24 then lo's)
+//   in the 128-byte swizzle that both TMA writes and the descriptor names: 16-byte unit u of
+//   row n at (u ^ (n % 8)); k8 step j reads atom j / 4 from byte 32·(j % 4). w's k order is
+//   then the physical one, so A follows it: lane (g, t) of a warp gives columns t and t + 4 of
+//   each k8 step of its rows g and g + 8, two bf16 of one 16-byte unit of x, read as its words
+//   t / 2 and 2 + t / 2. x's units are in the same swizzle, so the eight rows of a load hit
+//   eight different bank groups.
+// - Rows past m: the TMA writes zeros for them (and counts their bytes).
 // - sqsum: each lane's chain takes its 16 elements of each of its two rows per chunk.
+
+// A register count setmaxnreg and the allocator take: a multiple of 8, at most 248.
+constexpr int cap_registers(int registers) { return (registers < 248 ? registers : 248) & ~7; }
+
 template <int WARPGROUPS, int STAGES>
 struct WgmmaShape {
   static constexpr int kRows = 64 * WARPGROUPS;
-  static constexpr int kThreads = 128 * WARPGROUPS;
+  static constexpr int kConsumerWarps = 4 * WARPGROUPS;
+  static constexpr int kThreads = 32 * kConsumerWarps + 128;  // and the producer warpgroup
   static constexpr int kStages = STAGES;
   static constexpr int kAtomBytes = kStagedWRows * 128;  // 32 fp32 columns of the 48 rows
   static constexpr int kWStageBytes = 2 * kAtomBytes;
-  static constexpr int kStageBytes = kWStageBytes + kRows * kXRowBytes;
-  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  static constexpr int kStageBytes = kWStageBytes + kRows * kXRowBytes;     // one stage's TMA bytes
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * 8 * STAGES;  // + full, empty
   static constexpr int kMinBlocks = min_blocks(kSmemBytes);
-  static constexpr int kXCopies = kRows * (kXRowBytes / 16) / kThreads;
-  static constexpr int kWUnits = kStagedWRows * (kWRowBytes / 16);
-  static constexpr int kWCopies = (kWUnits + kThreads - 1) / kThreads;  // the last may be idle
+  // Registers a thread. At launch each gets an even share of the register file (what ptxas
+  // allocates); setmaxnreg then moves all but 32 of the producer's to the consumers, the CTA's
+  // total unchanged (an increase beyond it would wait forever).
+  static constexpr int kLaunchRegs = cap_registers(65536 / (kThreads * kMinBlocks));
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs =
+      cap_registers((kLaunchRegs * kThreads - kProducerRegs * 128) / (128 * WARPGROUPS));
 
   static_assert(kAtomBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms 1024-aligned");
-  static_assert(kXCopies * kThreads == kRows * 8, "whole 16-byte x copies per thread");
-  static_assert((kThreads / 8) % 8 == 0, "one x swizzle per thread");
+  static_assert(kRows <= 256, "a TMA box spans at most 256 rows");
+  static_assert(kConsumerRegs > kLaunchRegs, "the consumers gain registers");
 };
+
+// What the wgmma kernel reads x, fn and lo through (built on the host for each call).
+struct TmaParams {
+  CUtensorMap x;   // bf16 [m, K], box [kRows x 64]
+  CUtensorMap fn;  // fp32 [24, K], box [24 x 32]
+  CUtensorMap lo;  // the same
+  Params p;
+};
+
+__device__ __forceinline__ void barrier_init(uint32_t barrier, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(count) : "memory");
+}
+
+// Blocks until phase `parity` of the barrier has completed.
+__device__ __forceinline__ void barrier_wait(uint32_t barrier, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nWAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint32_t barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+
+// The producer's arrival, announcing the bytes the stage's copies will complete on it.
+__device__ __forceinline__ void barrier_expect_bytes(uint32_t barrier, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
+               : "memory");
+}
+
+// The box of `map` at (column, row) to shared memory at dst, completing on `barrier`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap& map, int column, int row,
+                                         uint32_t barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(column), "r"(row), "r"(barrier)
+      : "memory");
+}
 
 // The shared-memory matrix descriptor of one k8 step of B: K-major, 128-byte swizzle, 8-row
 // groups 1024 bytes apart (the leading byte offset is unused in this layout).
@@ -413,108 +482,125 @@ __device__ __forceinline__ void wgmma_m64n48k8(float (&d)[24], const uint32_t (&
 
 template <class S>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
-    hc_mix_partials_wgmma_kernel(const Params p) {
+    hc_mix_partials_wgmma_kernel(const __grid_constant__ TmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  const Params& p = tp.p;
   extern __shared__ __align__(1024) unsigned char smem[];
   const int tid = threadIdx.x;
   const int lane = tid % 32;
   const int warp = tid / 32;
+  const int row0 = blockIdx.x * S::kRows;
+  const Slice slice = slice_of(p, blockIdx.y, gridDim.y);
+  const uint32_t smem_base = shared_addr(smem);
+  if ((smem_base & 1023) != 0) __trap();  // the swizzle is of absolute address bits
+  const uint32_t full = smem_base + S::kStages * S::kStageBytes;  // stage s: full + 8s
+  const uint32_t empty = full + 8 * S::kStages;
+
+  if (tid == 0) {
+    for (int s = 0; s < S::kStages; ++s) {
+      barrier_init(full + 8 * s, 1);
+      barrier_init(empty + 8 * s, S::kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the TMA unit
+  }
+  __syncthreads();
+
+  if (warp >= S::kConsumerWarps) {  // the producer: stage step % kStages, use step / kStages
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(S::kProducerRegs));
+    if (warp == S::kConsumerWarps && lane == 0) {
+      for (int step = 0; step < slice.count; ++step) {
+        const int s = step % S::kStages;
+        if (step >= S::kStages) barrier_wait(empty + 8 * s, (step / S::kStages - 1) & 1);
+        barrier_expect_bytes(full + 8 * s, S::kStageBytes);
+        const uint32_t stage = smem_base + s * S::kStageBytes;
+        const int k0 = (slice.first + step) * kBlockK;
+        tma_load(stage + S::kWStageBytes, tp.x, k0, row0, full + 8 * s);
+#pragma unroll
+        for (int atom = 0; atom < 2; ++atom) {
+          const uint32_t w = stage + atom * S::kAtomBytes;
+          tma_load(w, tp.fn, k0 + 32 * atom, 0, full + 8 * s);
+          tma_load(w + kMixCols * 128, tp.lo, k0 + 32 * atom, 0, full + 8 * s);
+        }
+      }
+    }
+    return;  // no CTA-wide barrier follows
+  }
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(S::kConsumerRegs));
+
   const int g = lane / 4;
   const int t = lane % 4;
   const int my_row = warp * 16 + g;  // this lane's rows of the CTA: my_row and my_row + 8
   // Bytes 2, 3 (t odd) or 0, 1 (t even) of a word to the top, zeros below: a bf16 as fp32.
   const uint32_t to_fp32 = (t & 1) ? 0x3244u : 0x1044u;
 
-  const int row0 = blockIdx.x * S::kRows;
-  const Slice slice = slice_of(p, blockIdx.y, gridDim.y);
-  const uint32_t smem_base = shared_addr(smem);
-  if ((smem_base & 1023) != 0) __trap();  // the swizzle is of absolute address bits
-
-  // ---- copies: x unit x_unit of row x_row + i·kXRowStep (the row step is a multiple of 8: one
-  // swizzle for all i); w unit tid + i·kThreads of the stage's 48 x 16.
-  constexpr int kXRowStep = S::kThreads / 8;
-  const int x_row = tid / 8;
-  const int x_unit = tid % 8;
-  const uint32_t x_dst = S::kWStageBytes + x_row * kXRowBytes + ((x_unit ^ (x_row & 7)) << 4);
-  const __nv_bfloat16* x_src = p.x + (row0 + x_row) * p.x_stride + x_unit * 8;
-  const int rows_left = p.m - row0 - x_row;
-
-  uint32_t w_dst[S::kWCopies];  // w unit tid + i·kThreads: row unit / 16, 16-byte column % 16
-  const float* w_src[S::kWCopies];
+  // The A fragments of k8 steps 4h .. 4h + 3 of a stage's x, their squares added to sq2.
+  auto load_half = [&](const unsigned char* x_stage, int h, uint32_t (&a)[4][4], float (&sq2)[2]) {
 #pragma unroll
-  for (int i = 0; i < S::kWCopies; ++i) {
-    const int unit = min(tid + i * S::kThreads, S::kWUnits - 1);
-    const int row = unit / 16;
-    const int column = unit % 16;  // in atom column / 8
-    w_dst[i] = (column / 8) * S::kAtomBytes + row * 128 + (((column % 8) ^ (row & 7)) << 4);
-    w_src[i] = w_source(p, row, column * 4);
-  }
-
-  auto load_chunk = [&](int stage, int block) {
-    const uint32_t base = smem_base + stage * S::kStageBytes;
-    const int64_t k0 = static_cast<int64_t>(block) * kBlockK;
-    copy_x_rows<S::kXCopies, kXRowStep>(p, base + x_dst, x_src + k0, rows_left);
-#pragma unroll
-    for (int i = 0; i < S::kWCopies; ++i) {
-      if (S::kWCopies * S::kThreads == S::kWUnits || tid + i * S::kThreads < S::kWUnits) {
-        copy_w(base + w_dst[i], w_src[i] + k0);
-      }
-    }
-  };
-
-  float acc[24] = {};  // n8 block b (hi 0-2, lo 3-5): registers 4b + 2hr (+1), row g + 8hr
-  float chunk[24] = {};
-  float sq[2] = {};
-
-#pragma unroll
-  for (int s = 0; s < S::kStages - 1; ++s) {
-    if (s < slice.count) load_chunk(s, slice.first + s);
-    commit_copies();
-  }
-
-  for (int step = 0; step < slice.count; ++step) {
-    wait_copies<S::kStages - 2>();
-    // The tensor core reads w through the async proxy: make this thread's copies visible to it.
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    __syncthreads();  // and everyone's; every wgmma of chunk step - 1 has completed
-    const int ahead = step + S::kStages - 1;
-    if (ahead < slice.count) load_chunk(ahead % S::kStages, slice.first + ahead);
-    commit_copies();
-
-    const uint32_t stage = smem_base + (step % S::kStages) * S::kStageBytes;
-    const unsigned char* x_stage = smem + (step % S::kStages) * S::kStageBytes + S::kWStageBytes;
-    uint32_t a[8][4];  // k8 step j: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
-    float chunk_sq[2] = {};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      const int j = 4 * h + i;  // k8 step j: (g, t), (g + 8, t), (g, t + 4), (g + 8, t + 4)
 #pragma unroll
       for (int hr = 0; hr < 2; ++hr) {
         // bf16 t and t + 4 of the unit: half t % 2 of words t / 2 and 2 + t / 2, moved up to
         // fp32 by one byte permutation each.
         const uint32_t* unit = reinterpret_cast<const uint32_t*>(
             x_stage + (my_row + 8 * hr) * kXRowBytes + ((j ^ g) << 4));
-        a[j][hr] = __byte_perm(unit[t / 2], 0, to_fp32);
-        a[j][2 + hr] = __byte_perm(unit[2 + t / 2], 0, to_fp32);
-        const float e0 = __uint_as_float(a[j][hr]);
-        const float e1 = __uint_as_float(a[j][2 + hr]);
-        chunk_sq[hr] = fmaf(e0, e0, chunk_sq[hr]);
-        chunk_sq[hr] = fmaf(e1, e1, chunk_sq[hr]);
+        a[i][hr] = __byte_perm(unit[t / 2], 0, to_fp32);
+        a[i][2 + hr] = __byte_perm(unit[2 + t / 2], 0, to_fp32);
+        const float e0 = __uint_as_float(a[i][hr]);
+        const float e1 = __uint_as_float(a[i][2 + hr]);
+        sq2[hr] = fmaf(e0, e0, sq2[hr]);
+        sq2[hr] = fmaf(e1, e1, sq2[hr]);
       }
     }
-    pin(chunk);
+  };
+  // k8 steps 4h .. 4h + 3 of the chunk's chain (h 0 starts it fresh) as one wgmma group.
+  auto issue_half = [&](uint32_t stage, int h, const uint32_t (&a)[4][4], float (&d)[24]) {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");  // orders the A registers' writes
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      wgmma_m64n48k8(chunk, a[j], b_descriptor(stage + (j / 4) * S::kAtomBytes + (j % 4) * 32),
-                     j > 0);
+    for (int i = 0; i < 4; ++i) {
+      wgmma_m64n48k8(d, a[i], b_descriptor(stage + h * S::kAtomBytes + i * 32), h > 0 || i > 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+  };
+  auto x_stage_of = [&](int step) {
+    return smem + (step % S::kStages) * S::kStageBytes + S::kWStageBytes;
+  };
+
+  float acc[24] = {};  // n8 block b (hi 0-2, lo 3-5): registers 4b + 2hr (+1), row g + 8hr
+  float chunk[24] = {};
+  float sq[2] = {};
+  // Software pipeline, in halves of a chunk: a half's shared loads run while the tensor core
+  // multiplies the half before it (two A buffers; each chunk's chain and its squares' chain
+  // keep the order of a kernel without the overlap, so the bits are the same).
+  uint32_t a0[4][4], a1[4][4];
+  float chunk_sq[2] = {};
+  if (slice.count > 0) {
+    barrier_wait(full, 0);
+    load_half(x_stage_of(0), 0, a0, chunk_sq);
+  }
+  for (int step = 0; step < slice.count; ++step) {
+    const int s = step % S::kStages;
+    const uint32_t stage = smem_base + s * S::kStageBytes;
+    pin(chunk);
+    issue_half(stage, 0, a0, chunk);
+    load_half(x_stage_of(step), 1, a1, chunk_sq);
+    issue_half(stage, 1, a1, chunk);
+    asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");  // a0 is free again
+    float next_sq[2] = {};
+    if (step + 1 < slice.count) {
+      barrier_wait(full + 8 * ((step + 1) % S::kStages), ((step + 1) / S::kStages) & 1);
+      load_half(x_stage_of(step + 1), 0, a0, next_sq);
+    }
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     pin(chunk);
+    __syncwarp();
+    if (lane == 0) barrier_arrive(empty + 8 * s);  // this warp's reads of the stage are done
 #pragma unroll
     for (int i = 0; i < 24; ++i) acc[i] += chunk[i];  // IEEE fp32 add
     sq[0] += chunk_sq[0];
     sq[1] += chunk_sq[1];
+    chunk_sq[0] = next_sq[0];
+    chunk_sq[1] = next_sq[1];
   }
 
 #pragma unroll
@@ -563,8 +649,9 @@ Params checked_params(const TensorView& x, const TensorView& fn, const TensorVie
   return p;
 }
 
-template <class S, void (*Kernel)(Params)>
-void launch(const Params& p, int splits, int device, const char* name) {
+// Kernel's grid (ceil(m / kRows), splits) on tvm-ffi's stream, given its parameters.
+template <class S, auto Kernel, class P>
+void launch(const P& params, const Params& p, int splits, int device, const char* name) {
   if (p.m == 0) return;
   // The opt-in above 48 KB of shared memory.
   set_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(S::kSmemBytes, device,
@@ -574,16 +661,79 @@ void launch(const Params& p, int splits, int device, const char* name) {
   config.blockDim = dim3(S::kThreads, 1, 1);
   config.dynamicSmemBytes = S::kSmemBytes;
   config.stream = env_stream(device);
-  const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, p);
+  const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << name << " launch failed: " << cudaGetErrorString(err);
   }
 }
 
+// The driver's tensor-map encoder, through the runtime (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* entry = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &entry,
+                                                             12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(entry)
+               : nullptr;
+  }();
+  if (encode == nullptr) TVM_FFI_THROW(RuntimeError) << "cuTensorMapEncodeTiled is not available";
+  return encode;
+}
+
+// A row-major [rows, columns] tensor (rows row_bytes apart) read in [box_rows x box_columns]
+// boxes in the 128-byte swizzle, rows past the end read as zeros.
+CUtensorMap tile_map(const void* base, CUtensorMapDataType type, uint64_t columns, uint64_t rows,
+                     uint64_t row_bytes, uint32_t box_columns, uint32_t box_rows,
+                     const char* name) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {columns, rows};
+  const cuuint64_t strides[1] = {row_bytes};
+  const cuuint32_t box[2] = {box_columns, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult err = tensor_map_encoder()(
+      &map, type, 2, const_cast<void*>(base), dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (err != CUDA_SUCCESS) {
+    TVM_FFI_THROW(RuntimeError) << name << ": cuTensorMapEncodeTiled failed (" << err << ")";
+  }
+  return map;
+}
+
+template <class S>
+void launch_wgmma(const Params& p, int splits, int device) {
+  if (p.m == 0) return;  // no tensor map of zero rows
+  // setmaxnreg's hand-over assumes the registers a thread the build gave the kernel; with
+  // fewer, the consumers' increase would never be granted.
+  static const int launch_regs = [] {
+    cudaFuncAttributes attributes = {};
+    return cudaFuncGetAttributes(&attributes, hc_mix_partials_wgmma_kernel<S>) == cudaSuccess
+               ? attributes.numRegs
+               : -1;
+  }();
+  if (launch_regs != S::kLaunchRegs) {
+    TVM_FFI_THROW(RuntimeError) << "hc_mix_partials_wgmma: built with " << launch_regs
+                                << " registers a thread, its register hand-over assumes "
+                                << S::kLaunchRegs;
+  }
+  TmaParams tp;
+  tp.x = tile_map(p.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, p.m, p.x_stride * 2, kBlockK,
+                  S::kRows, "x");
+  tp.fn =
+      tile_map(p.fn, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, p.k * 4, 32, kMixCols, "fn");
+  tp.lo =
+      tile_map(p.lo, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, p.k * 4, 32, kMixCols, "lo");
+  tp.p = p;
+  launch<S, hc_mix_partials_wgmma_kernel<S>>(tp, p, splits, device, "hc_mix_partials_wgmma");
+}
+
 // The launch shapes: 128 rows a CTA and two CTAs an SM (mma.sync: 4 warps of 32 rows, the
-// fastest of the H200 sweep at 4096 and 16384 rows; wgmma: two warpgroups), or for wgmma 256
-// rows and one CTA an SM (four warpgroups: w's copies per row halve; on the H200 4-8 % faster
-// from 1024 rows, slower below). 4 stages each.
+// fastest of the H200 sweep at 4096 and 16384 rows; wgmma: two consumer warpgroups), or for
+// wgmma 256 rows and one CTA an SM (four: w's copies per row halve). 4 stages each. On the H200
+// (session 8) the wgmma pair is within 4 % of the best of 2-4 warpgroups and 3-6 stages at
+// every row count from 512 to 65536.
 using SyncShape = Shape<128, 32, 4>;
 using WgmmaShape128 = WgmmaShape<2, 4>;
 using WgmmaShape256 = WgmmaShape<4, 4>;
@@ -606,18 +756,16 @@ void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView
                               << " is not 128, or 256 with wgmma";
   }
   if (!wgmma) {
-    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, splits, device, "hc_mix_partials");
+    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, p, splits, device, "hc_mix_partials");
     return;
   }
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
   if (rows_per_cta == 128) {
-    launch<WgmmaShape128, hc_mix_partials_wgmma_kernel<WgmmaShape128>>(p, splits, device,
-                                                                       "hc_mix_partials_wgmma");
+    launch_wgmma<WgmmaShape128>(p, splits, device);
   } else {
-    launch<WgmmaShape256, hc_mix_partials_wgmma_kernel<WgmmaShape256>>(p, splits, device,
-                                                                       "hc_mix_partials_wgmma");
+    launch_wgmma<WgmmaShape256>(p, splits, device);
   }
 }
 

@@ -37,8 +37,6 @@ class SlowerThanSGLang:
     columns: range | None = None  # sizes of the second dimension it covers (None: any)
 
 
-CALL_SITES_MHC = "benchmark/call_sites.py --sites mix_stats, docs/results/h200/session7/r1"
-"""The mHC run with the wgmma projection."""
 CALL_SITES_WO_A = "benchmark/call_sites.py --sites wo_a, docs/results/h200/session6"
 """The wo_a runs with the table read before the wait: ``r1`` and ``r3``."""
 CALL_SITES = "benchmark/call_sites.py, docs/results/h200/session5"
@@ -59,14 +57,6 @@ SLOWER = (
         range(0, 1 << 31),
         "not measured on this GPU architecture; on the H200 SGLang's packed gate is faster "
         f"below 1024 tokens ({CALL_SITES}/r1)",
-    ),
-    SlowerThanSGLang(
-        "mhc",
-        9,
-        range(257, 2048),
-        "SGLang's hc_mix_stats_sinkhorn_bf16x3 is faster at 512 and 1024 rows on the H200 "
-        f"(14.75 / 22.02 us against our 15.11 / 22.11; {CALL_SITES_MHC}); ours wins up to 256 "
-        "(11.44 against 14.48) and from 2048 (34.60 against 35.97)",
     ),
     SlowerThanSGLang(
         "wo_a",

@@ -15,11 +15,11 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   partial of the projection and a partial sum of squares ``[S, m]``; one finisher reduces the
   slices in a fixed order, applies the RMS factor, the gates and the 20-iteration Sinkhorn. On
   sm_80+ (aligned rows, ``fn`` contiguous) the projection is the CUDA kernel
-  ``sgl-kernel/csrc/hc_mix_stats.cu`` (cp.async pipeline into shared memory; TF32 ``wgmma``
-  on Hopper, ``mma.sync`` elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
+  ``sgl-kernel/csrc/hc_mix_stats.cu`` (TF32 ``wgmma`` fed by TMA on Hopper, ``mma.sync`` fed
+  by cp.async elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
   ``x·hi + x·lo``; elsewhere Triton, whose partial is the 64 columns ``[hi | 0 | lo | 0]``
   (the finisher adds the halves). The Triton projection's fp32 copy of x defeats its
-  pipeliner (~1.2 TB/s, against ~2.7 for ``mma.sync`` and ~3.2 for ``wgmma``). The two differ
+  pipeliner (~1.2 TB/s, against ~2.7 for ``mma.sync`` and ~3.5 for ``wgmma``). The two differ
   in the last bits and the statistics feed the residual streams every rank of a
   tensor-parallel group holds a copy of, so the choice never depends on the toolchain: a
   machine that cannot build or load the CUDA module gets that error, not the other bits.

@@ -2,8 +2,8 @@
 
 Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
 the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
-sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: cp.async into shared memory, TF32
-``wgmma`` on Hopper and ``mma.sync`` elsewhere); then one finisher (:func:`_mix_finish_kernel`)
+sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: TF32 ``wgmma`` fed by TMA on Hopper,
+``mma.sync`` fed by cp.async elsewhere); then one finisher (:func:`_mix_finish_kernel`)
 reduces the slices in a fixed order, adds the compensation columns (Triton's partials keep
 them apart), applies the RMS factor, the gates and
 Sinkhorn. Launch shapes come from :func:`split_k_config`.
@@ -43,8 +43,8 @@ _EXPONENT_BITS = tl.constexpr(0x7F800000)
 
 MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection
 WGMMA_WIDE_ROWS = 1024
-"""From this many rows the wgmma projection takes 256 rows a CTA, one CTA an SM (H200: 4-8 %
-faster from 1024 rows, slower below); otherwise 128 rows, two CTAs an SM."""
+"""From this many rows the wgmma projection takes 256 rows a CTA, one CTA an SM; otherwise 128
+rows, two CTAs an SM (H200, session 8: each within 4 % of the best shape swept, 512-65536 rows)."""
 
 
 def uses_wgmma(device: torch.device) -> bool:
@@ -53,7 +53,7 @@ def uses_wgmma(device: torch.device) -> bool:
 
 
 def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
-    """The compensated projection is the CUDA kernel's (cp.async pipeline, TF32 tensor cores)
+    """The compensated projection is the CUDA kernel's (pipelined copies, TF32 tensor cores)
     rather than the Triton one's: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of stride 1
     and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides, alignment and the GPU's
     architecture, never the toolchain (the two projections differ in the last bits and the
