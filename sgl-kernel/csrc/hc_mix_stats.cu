@@ -11,7 +11,8 @@
 // right before the MMA.
 //
 // One CTA = kRows rows x one K slice, grid (ceil(m / kRows), S). A stage holds x [kRows x 64]
-// bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as hi) then lo's 24, 64 fp32 each.
+// bf16 (128 bytes a row) and 48 rows of w: fn's 24 (read as hi) then lo's 24, 64 fp32 each
+// (the wgmma kernel puts w first, as two 32-column atoms of the 48 rows; its section says how).
 // Each thread holds the hi and the lo products of the same (row, column), so it adds them
 // into the slice's one partial.
 //
@@ -47,6 +48,7 @@
 #include <tvm/ffi/extra/cuda/device_guard.h>
 #include <tvm/ffi/function.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "tensor_view.cuh"
@@ -394,9 +396,10 @@ struct WgmmaShape {
   static constexpr int kStageBytes = kWStageBytes + kRows * kXRowBytes;     // one stage's TMA bytes
   static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * 8 * STAGES;  // + full, empty
   static constexpr int kMinBlocks = min_blocks(kSmemBytes);
-  // Registers a thread. At launch each gets an even share of the register file (what ptxas
-  // allocates); setmaxnreg then moves all but 32 of the producer's to the consumers, the CTA's
-  // total unchanged (an increase beyond it would wait forever).
+  // Registers a thread. At launch each gets the __launch_bounds__ cap, an even share of the
+  // register file (ptxas takes all of it for a kernel with setmaxnreg; launch_wgmma checks);
+  // setmaxnreg then moves all but 32 of the producer's to the consumers, the CTA's total
+  // unchanged (an increase beyond it would wait forever).
   static constexpr int kLaunchRegs = cap_registers(65536 / (kThreads * kMinBlocks));
   static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs =
@@ -501,7 +504,9 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
       barrier_init(full + 8 * s, 1);
       barrier_init(empty + 8 * s, S::kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // for the TMA unit
+    // Makes the initialised barriers visible to the TMA unit's completions (a CTA is its own
+    // cluster here).
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
@@ -614,7 +619,7 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     store_partial_row(p, blockIdx.y, row0 + my_row + 8 * hr, t, quad_sum(sq[hr]), hi, lo);
   }
 #else
-  __trap();  // launched only on sm_90 (the host checks), built into sm_90a modules
+  __trap();  // never runs: the host launches it on sm_90 only, from sm_90a modules
 #endif
 }
 
@@ -705,26 +710,33 @@ CUtensorMap tile_map(const void* base, CUtensorMapDataType type, uint64_t column
 template <class S>
 void launch_wgmma(const Params& p, int splits, int device) {
   if (p.m == 0) return;  // no tensor map of zero rows
-  // setmaxnreg's hand-over assumes the registers a thread the build gave the kernel; with
-  // fewer, the consumers' increase would never be granted.
-  static const int launch_regs = [] {
+  // setmaxnreg's hand-over assumes the registers a thread the build gave the kernel (the
+  // __launch_bounds__ cap, all of which ptxas takes for such a kernel); with fewer, the
+  // consumers' increase would never be granted. Asked until the runtime answers.
+  static std::atomic<int> launch_regs{0};
+  if (launch_regs.load() == 0) {
     cudaFuncAttributes attributes = {};
-    return cudaFuncGetAttributes(&attributes, hc_mix_partials_wgmma_kernel<S>) == cudaSuccess
-               ? attributes.numRegs
-               : -1;
-  }();
-  if (launch_regs != S::kLaunchRegs) {
-    TVM_FFI_THROW(RuntimeError) << "hc_mix_partials_wgmma: built with " << launch_regs
+    const cudaError_t err = cudaFuncGetAttributes(&attributes, hc_mix_partials_wgmma_kernel<S>);
+    if (err != cudaSuccess) {
+      cudaGetLastError();  // not left for a later launch's check
+      TVM_FFI_THROW(RuntimeError) << "hc_mix_partials_wgmma: " << cudaGetErrorString(err);
+    }
+    launch_regs.store(attributes.numRegs);
+  }
+  if (launch_regs.load() != S::kLaunchRegs) {
+    TVM_FFI_THROW(RuntimeError) << "hc_mix_partials_wgmma: built with " << launch_regs.load()
                                 << " registers a thread, its register hand-over assumes "
                                 << S::kLaunchRegs;
   }
+  const uint64_t w_row_bytes = static_cast<uint64_t>(p.k) * 4;
   TmaParams tp;
-  tp.x = tile_map(p.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, p.m, p.x_stride * 2, kBlockK,
-                  S::kRows, "x");
-  tp.fn =
-      tile_map(p.fn, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, p.k * 4, 32, kMixCols, "fn");
-  tp.lo =
-      tile_map(p.lo, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, p.k * 4, 32, kMixCols, "lo");
+  // One row's stride is never read: a whole-row box stands in for it.
+  tp.x = tile_map(p.x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.k, p.m,
+                  2 * static_cast<uint64_t>(p.m > 1 ? p.x_stride : p.k), kBlockK, S::kRows, "x");
+  tp.fn = tile_map(p.fn, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, w_row_bytes, 32, kMixCols,
+                   "fn");
+  tp.lo = tile_map(p.lo, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, w_row_bytes, 32, kMixCols,
+                   "lo");
   tp.p = p;
   launch<S, hc_mix_partials_wgmma_kernel<S>>(tp, p, splits, device, "hc_mix_partials_wgmma");
 }
@@ -762,6 +774,10 @@ void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
   if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
+  if (p.m > 1 && p.x_stride < p.k) {
+    TVM_FFI_THROW(ValueError) << "x: rows overlap (row stride " << p.x_stride << " < K = " << p.k
+                              << "); the wgmma kernel reads x through a tensor map";
+  }
   if (rows_per_cta == 128) {
     launch_wgmma<WgmmaShape128>(p, splits, device);
   } else {

@@ -456,6 +456,21 @@ def test_gpu_cuda_projection_reads_fn_as_its_tf32_part():
         module.hc_mix_partials_tf32(x, fn, split_tf32(fn)[1], part, sqsum, False, 256)
     with pytest.raises(ValueError, match="part"):
         module.hc_mix_partials_tf32(x, fn, split_tf32(fn)[1], part[..., :16], sqsum, False, 128)
+    # Slices past K's 64-column blocks hold no chunk and write zeros (K = 256: 4 blocks).
+    x, fn, _, _ = example_inputs(3, 64, device="cuda", seed=10)
+    lo = split_tf32(fn)[1]
+    for kernel in kernels:
+        part, sqsum = (
+            torch.full((8, 3, 32), 7.0, device="cuda"),
+            torch.full((8, 3), 7.0, device="cuda"),
+        )
+        module.hc_mix_partials_tf32(x, fn, lo, part, sqsum, *kernel)
+        assert torch.all(part[4:] == 0) and torch.all(sqsum[4:] == 0) and torch.all(sqsum[:4] > 0)
+    overlapping = x[:1].expand(3, -1)  # row stride 0: the Triton projection's, not a tensor map's
+    assert not cuda_kernel_fits(overlapping, fn)
+    if sm_major(0) == 9:
+        with pytest.raises(ValueError, match="rows overlap"):
+            module.hc_mix_partials_tf32(overlapping, fn, lo, part, sqsum, True, 128)
     x, fn, _, _ = example_inputs(128, 5120, device="cuda", seed=9)
     strided = torch.empty(fn.shape[1], fn.shape[0], device="cuda").t().copy_(fn)
     assert not cuda_kernel_fits(x, strided)

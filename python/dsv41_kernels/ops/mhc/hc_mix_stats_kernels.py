@@ -55,9 +55,9 @@ def uses_wgmma(device: torch.device) -> bool:
 def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
     """The compensated projection is the CUDA kernel's (pipelined copies, TF32 tensor cores)
     rather than the Triton one's: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of stride 1
-    and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides, alignment and the GPU's
-    architecture, never the toolchain (the two projections differ in the last bits and the
-    statistics feed replicated residual streams: :mod:`.hc_mix_stats`)."""
+    that do not overlap, and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides,
+    alignment and the GPU's architecture, never the toolchain (the two projections differ in
+    the last bits and the statistics feed replicated residual streams: :mod:`.hc_mix_stats`)."""
     return (
         x2d.is_cuda
         and fn.is_contiguous()
@@ -67,6 +67,7 @@ def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
         and x2d.stride(1) == 1
         and x2d.data_ptr() % 16 == 0
         and (x2d.stride(0) * 2) % 16 == 0
+        and (x2d.shape[0] <= 1 or x2d.stride(0) >= x2d.shape[1])  # rows that do not overlap
         and sm_major(x2d.device.index or 0) >= 8
     )
 
