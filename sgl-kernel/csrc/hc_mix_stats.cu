@@ -654,15 +654,14 @@ Params checked_params(const TensorView& x, const TensorView& fn, const TensorVie
   return p;
 }
 
-// Kernel's grid (ceil(m / kRows), splits) on tvm-ffi's stream, given its parameters.
+// Kernel on its parameters, grid (ceil(m / kRows), splits), on tvm-ffi's stream (m > 0).
 template <class S, auto Kernel, class P>
-void launch(const P& params, const Params& p, int splits, int device, const char* name) {
-  if (p.m == 0) return;
+void launch(const P& params, int m, int splits, int device, const char* name) {
   // The opt-in above 48 KB of shared memory.
   set_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(S::kSmemBytes, device,
                                                                               name);
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3((p.m + S::kRows - 1) / S::kRows, splits, 1);
+  config.gridDim = dim3((m + S::kRows - 1) / S::kRows, splits, 1);
   config.blockDim = dim3(S::kThreads, 1, 1);
   config.dynamicSmemBytes = S::kSmemBytes;
   config.stream = env_stream(device);
@@ -709,7 +708,6 @@ CUtensorMap tile_map(const void* base, CUtensorMapDataType type, uint64_t column
 
 template <class S>
 void launch_wgmma(const Params& p, int splits, int device) {
-  if (p.m == 0) return;  // no tensor map of zero rows
   // setmaxnreg's hand-over assumes the registers a thread the build gave the kernel (the
   // __launch_bounds__ cap, all of which ptxas takes for such a kernel); with fewer, the
   // consumers' increase would never be granted. Asked until the runtime answers.
@@ -738,7 +736,7 @@ void launch_wgmma(const Params& p, int splits, int device) {
   tp.lo = tile_map(p.lo, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, w_row_bytes, 32, kMixCols,
                    "lo");
   tp.p = p;
-  launch<S, hc_mix_partials_wgmma_kernel<S>>(tp, p, splits, device, "hc_mix_partials_wgmma");
+  launch<S, hc_mix_partials_wgmma_kernel<S>>(tp, p.m, splits, device, "hc_mix_partials_wgmma");
 }
 
 // The launch shapes: 128 rows a CTA and two CTAs an SM (mma.sync: 4 warps of 32 rows, the
@@ -767,18 +765,19 @@ void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView
     TVM_FFI_THROW(ValueError) << "rows_per_cta: " << rows_per_cta
                               << " is not 128, or 256 with wgmma";
   }
+  if (wgmma) {
+    int major = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
+    if (p.m > 1 && p.x_stride < p.k) {
+      TVM_FFI_THROW(ValueError) << "x: rows overlap (row stride " << p.x_stride << " < K = " << p.k
+                                << "); the wgmma kernel reads x through a tensor map";
+    }
+  }
+  if (p.m == 0) return;  // nothing to write (and no tensor map has zero rows)
   if (!wgmma) {
-    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, p, splits, device, "hc_mix_partials");
-    return;
-  }
-  int major = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
-  if (p.m > 1 && p.x_stride < p.k) {
-    TVM_FFI_THROW(ValueError) << "x: rows overlap (row stride " << p.x_stride << " < K = " << p.k
-                              << "); the wgmma kernel reads x through a tensor map";
-  }
-  if (rows_per_cta == 128) {
+    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, p.m, splits, device, "hc_mix_partials");
+  } else if (rows_per_cta == 128) {
     launch_wgmma<WgmmaShape128>(p, splits, device);
   } else {
     launch_wgmma<WgmmaShape256>(p, splits, device);
