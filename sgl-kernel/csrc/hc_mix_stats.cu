@@ -37,7 +37,8 @@
 //
 // Launch: one kernel on tvm-ffi's stream for x's device; no allocation, no host sync (it is
 // captured in CUDA graphs). The wgmma kernel's tensor maps are encoded on the host each call
-// and passed by value with the parameters.
+// and passed by value with the parameters. On Hopper the wgmma kernel can also finish the
+// statistics itself (hc_mix_stats_fused; its section says how).
 
 #include <cuda.h>          // CUtensorMap
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
@@ -356,6 +357,130 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
   }
 }
 
+// ---- The statistics of a row from its sums (the fused wgmma kernel's epilogue): mix = the
+// projection times rsqrt(Σx² / K + rms_eps), the gates and Sinkhorn (docs/specs.md C.3), one
+// row a thread with every value in its own register, so Sinkhorn's 40 normalisations need no
+// cross-lane step. IEEE divisions in the RMS factor and the sigmoids; Sinkhorn's normalisations
+// are one dependent chain and multiply by an approximate reciprocal (rcp.approx.ftz, 1 ulp;
+// every sum is at least eps, far above the subnormals), as the Triton finisher does.
+constexpr int kSumCols = kMixCols + 1;     // a row's 24 projection sums, then its Σx²
+constexpr int kGateParams = kMixCols + 3;  // base (24), then scale (pre, post, comb)
+
+struct FinishParams {
+  const float* scale;  // [3]: pre, post, comb
+  const float* base;   // [24]
+  float* pre;          // [m, 4]
+  float* post;         // [m, 4]
+  float* comb;         // [m, 4, 4]
+  float* mix;          // [m, 24]
+  int iters;
+  float k;
+  float rms_eps;
+  float eps;
+  float post_mult;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)  // the fused kernel's only
+__device__ __forceinline__ float approx_reciprocal(float v) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
+  return r;
+}
+
+__device__ __forceinline__ float sigmoid(float z) { return __fdiv_rn(1.0f, 1.0f + expf(-z)); }
+
+// v / (Σv + eps) for one comb row or column, as v · (1 / (Σv + eps)).
+__device__ __forceinline__ void normalize4(float& a, float& b, float& c, float& d, float eps) {
+  const float inv = approx_reciprocal((((a + b) + c) + d) + eps);
+  a *= inv;
+  b *= inv;
+  c *= inv;
+  d *= inv;
+}
+
+__device__ __forceinline__ void store4(float* dst, float a, float b, float c, float d) {
+  *reinterpret_cast<float4*>(dst) = make_float4(a, b, c, d);
+}
+
+// Row `row`'s outputs from its kSumCols sums; gate_params: base then scale (shared memory).
+__device__ __forceinline__ void finish_row(const FinishParams& f, int row, const float* sums,
+                                           const float* gate_params) {
+  const float* base = gate_params;
+  const float rms = rsqrtf(__fdiv_rn(sums[kMixCols], f.k) + f.rms_eps);
+  float mix[kMixCols];
+#pragma unroll
+  for (int n = 0; n < kMixCols; ++n) mix[n] = sums[n] * rms;
+  float* mix_row = f.mix + static_cast<int64_t>(row) * kMixCols;
+#pragma unroll
+  for (int n = 0; n < kMixCols; n += 4) {
+    store4(mix_row + n, mix[n], mix[n + 1], mix[n + 2], mix[n + 3]);
+  }
+  const float pre_scale = gate_params[kMixCols], post_scale = gate_params[kMixCols + 1];
+  const float comb_scale = gate_params[kMixCols + 2];
+  float gate[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    gate[j] = sigmoid(mix[j] * pre_scale + base[j]) + f.eps;
+    gate[4 + j] = sigmoid(mix[4 + j] * post_scale + base[4 + j]) * f.post_mult;
+  }
+  const int64_t at = static_cast<int64_t>(row) * 4;
+  store4(f.pre + at, gate[0], gate[1], gate[2], gate[3]);
+  store4(f.post + at, gate[4], gate[5], gate[6], gate[7]);
+
+  // Sinkhorn: each comb row's softmax + eps, a column step, then iters - 1 rounds of rows and
+  // columns.
+  float c[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    float z[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) z[j] = mix[8 + 4 * i + j] * comb_scale + base[8 + 4 * i + j];
+    const float top = fmaxf(fmaxf(z[0], z[1]), fmaxf(z[2], z[3]));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) z[j] = expf(z[j] - top);
+    const float inv = approx_reciprocal(((z[0] + z[1]) + z[2]) + z[3]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) c[i][j] = z[j] * inv + f.eps;
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) normalize4(c[0][j], c[1][j], c[2][j], c[3][j], f.eps);
+  for (int round = 1; round < f.iters; ++round) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) normalize4(c[i][0], c[i][1], c[i][2], c[i][3], f.eps);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) normalize4(c[0][j], c[1][j], c[2][j], c[3][j], f.eps);
+  }
+  float* comb_row = f.comb + static_cast<int64_t>(row) * 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) store4(comb_row + 4 * i, c[i][0], c[i][1], c[i][2], c[i][3]);
+}
+
+// Every thread of every CTA of the cluster arrives (release), then waits (acquire): shared
+// memory written before it is visible to any CTA of the cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// The float at shared address `address` of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_from_rank(uint32_t address, uint32_t rank) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(address), "r"(rank));
+  float v;
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+#endif
+
 // ---- wgmma (sm_90a): a warpgroup owns 64 rows and all 48 staged columns. Per k8 step one
 // wgmma m64n48k8 takes A (x as TF32) from registers and B (w) from shared memory, so w is read
 // once a warpgroup by the tensor core, not once a warp by the threads, and a chunk is 8
@@ -381,6 +506,14 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 //   eight different bank groups.
 // - Rows past m: the TMA writes zeros for them (and counts their bytes).
 // - sqsum: each lane's chain takes its 16 elements of each of its two rows per chunk.
+// - Fused (hc_mix_stats_fused: 256 rows a CTA, S <= 8 slices): a row tile's S CTAs are one
+//   cluster. After the loop each consumer puts its slice's partial (store_partial_row's bits)
+//   into its CTA's tile sums in shared memory; a cluster barrier; CTA s adds the S partials of
+//   its ceil(256 / S) rows in slice order, read from the cluster's shared memory; a second
+//   barrier (no CTA leaves while another reads its memory); then one thread a row makes the
+//   statistics (finish_row). The producer warpgroup only joins the barriers. This saves the
+//   partials' round trip through global memory and the finisher's launch, ~6 us of an op
+//   that took 54.5 at 4096 rows (session 9).
 
 // A register count setmaxnreg and the allocator take: a multiple of 8, at most 248.
 constexpr int cap_registers(int registers) { return (registers < 248 ? registers : 248) & ~7; }
@@ -396,6 +529,8 @@ struct WgmmaShape {
   static constexpr int kStageBytes = kWStageBytes + kRows * kXRowBytes;     // one stage's TMA bytes
   static constexpr int kSmemBytes = STAGES * kStageBytes + 2 * 8 * STAGES;  // + full, empty
   static constexpr int kMinBlocks = min_blocks(kSmemBytes);
+  // The fused kernel's too: the tile's sums [kRows x kSumCols] and the gate parameters.
+  static constexpr int kFusedSmemBytes = kSmemBytes + 4 * (kRows * kSumCols + kGateParams);
   // Registers a thread. At launch each gets the __launch_bounds__ cap, an even share of the
   // register file (ptxas takes all of it for a kernel with setmaxnreg; launch_wgmma checks);
   // setmaxnreg then moves all but 32 of the producer's to the consumers, the CTA's total
@@ -408,6 +543,7 @@ struct WgmmaShape {
   static_assert(kAtomBytes % 1024 == 0 && kStageBytes % 1024 == 0, "swizzle atoms 1024-aligned");
   static_assert(kRows <= 256, "a TMA box spans at most 256 rows");
   static_assert(kConsumerRegs > kLaunchRegs, "the consumers gain registers");
+  static_assert(STAGES * kStageBytes >= 4 * kRows * kSumCols, "a rank's totals fit the ring");
 };
 
 // What the wgmma kernel reads x, fn and lo through (built on the host for each call).
@@ -415,7 +551,8 @@ struct TmaParams {
   CUtensorMap x;   // bf16 [m, K], box [kRows x 64]
   CUtensorMap fn;  // fp32 [24, K], box [24 x 32]
   CUtensorMap lo;  // the same
-  Params p;
+  Params p;        // part and sqsum unused when fused
+  FinishParams f;  // fused only
 };
 
 __device__ __forceinline__ void barrier_init(uint32_t barrier, int count) {
@@ -483,7 +620,7 @@ __device__ __forceinline__ void wgmma_m64n48k8(float (&d)[24], const uint32_t (&
 #endif
 }
 
-template <class S>
+template <class S, bool FUSED>
 __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     hc_mix_partials_wgmma_kernel(const __grid_constant__ TmaParams tp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -527,6 +664,11 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
           tma_load(w + kMixCols * 128, tp.lo, k0 + 32 * atom, 0, full + 8 * s);
         }
       }
+    }
+    if constexpr (FUSED) {  // the epilogue's two cluster barriers, and nothing else
+      __syncwarp();
+      cluster_sync();
+      cluster_sync();
     }
     return;  // no CTA-wide barrier follows
   }
@@ -608,15 +750,55 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
     chunk_sq[1] = next_sq[1];
   }
 
+  if constexpr (!FUSED) {
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    float2 hi[3], lo[3];
+    for (int hr = 0; hr < 2; ++hr) {
+      float2 hi[3], lo[3];
 #pragma unroll
-    for (int tile = 0; tile < 3; ++tile) {
-      hi[tile] = make_float2(acc[4 * tile + 2 * hr], acc[4 * tile + 2 * hr + 1]);
-      lo[tile] = make_float2(acc[4 * tile + 12 + 2 * hr], acc[4 * tile + 12 + 2 * hr + 1]);
+      for (int tile = 0; tile < 3; ++tile) {
+        hi[tile] = make_float2(acc[4 * tile + 2 * hr], acc[4 * tile + 2 * hr + 1]);
+        lo[tile] = make_float2(acc[4 * tile + 12 + 2 * hr], acc[4 * tile + 12 + 2 * hr + 1]);
+      }
+      store_partial_row(p, blockIdx.y, row0 + my_row + 8 * hr, t, quad_sum(sq[hr]), hi, lo);
     }
-    store_partial_row(p, blockIdx.y, row0 + my_row + 8 * hr, t, quad_sum(sq[hr]), hi, lo);
+  } else {
+    // The slice's partial (the same bits as store_partial_row's) into this CTA's tile sums.
+    float* tile_sums = reinterpret_cast<float*>(smem + S::kSmemBytes);  // [kRows][kSumCols]
+    float* gate_params = tile_sums + S::kRows * kSumCols;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      float* sums = tile_sums + (my_row + 8 * hr) * kSumCols;
+#pragma unroll
+      for (int tile = 0; tile < 3; ++tile) {
+        const int i = 4 * tile + 2 * hr;
+        sums[8 * tile + 2 * t] = acc[i] + acc[i + 12];  // IEEE fp32 adds
+        sums[8 * tile + 2 * t + 1] = acc[i + 1] + acc[i + 13];
+      }
+      const float row_sq = quad_sum(sq[hr]);
+      if (t == 0) sums[kMixCols] = row_sq;
+    }
+    const FinishParams& f = tp.f;
+    if (tid < kGateParams)
+      gate_params[tid] = tid < kMixCols ? f.base[tid] : f.scale[tid - kMixCols];
+    cluster_sync();
+    // CTA `rank` of the tile's cluster (its slice) finishes rows [rank · per_rank, + per_rank)
+    // of the tile: each of their sums adds the slices' values in slice order.
+    const int splits = static_cast<int>(gridDim.y);
+    const int rank = static_cast<int>(cluster_rank());
+    const int per_rank = (S::kRows + splits - 1) / splits;
+    const int first = rank * per_rank;
+    const int count = max(0, min(per_rank, S::kRows - first));
+    float* totals = reinterpret_cast<float*>(smem);  // the ring is free: every stage was read
+    for (int i = tid; i < count * kSumCols; i += 32 * S::kConsumerWarps) {
+      const uint32_t address = shared_addr(tile_sums + first * kSumCols + i);
+      float total = load_from_rank(address, 0);
+      for (int source = 1; source < splits; ++source) total += load_from_rank(address, source);
+      totals[i] = total;
+    }
+    cluster_sync();  // the cluster's reads are done (a CTA may exit) and totals are visible
+    if (tid < count && row0 + first + tid < p.m) {
+      finish_row(f, row0 + first + tid, totals + tid * kSumCols, gate_params);
+    }
   }
 #else
   __trap();  // never runs: the host launches it on sm_90 only, from sm_90a modules
@@ -624,8 +806,8 @@ __global__ void __launch_bounds__(S::kThreads, S::kMinBlocks)
 }
 
 // Checks every argument and returns the kernel parameters (part.size(0) slices).
-Params checked_params(const TensorView& x, const TensorView& fn, const TensorView& lo,
-                      const TensorView& part, const TensorView& sqsum) {
+// Checks x, fn and lo; returns the kernel parameters without outputs.
+Params checked_inputs(const TensorView& x, const TensorView& fn, const TensorView& lo) {
   check_tensor(x, "x", {kAnySize, kAnySize}, {kBfloat16}, kAnyDevice, Layout::kRows, 16);
   const int64_t m = x.size(0);
   const int64_t k = x.size(1);
@@ -636,35 +818,54 @@ Params checked_params(const TensorView& x, const TensorView& fn, const TensorVie
   const int device = x.device().device_id;
   check_tensor(fn, "fn", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
   check_tensor(lo, "lo", {kMixCols, k}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(part, "part", {kAnySize, m, kPartCols}, {kFloat32}, device, Layout::kContiguous, 8);
-  const int64_t splits = part.size(0);
-  if (splits < 1 || splits > 65535) {
-    TVM_FFI_THROW(ValueError) << "part: S = " << splits << " must be in 1..65535";
-  }
-  check_tensor(sqsum, "sqsum", {splits, m}, {kFloat32}, device, Layout::kContiguous);
-  Params p;
+  Params p = {};
   p.x = data_as<const __nv_bfloat16>(x);
   p.fn = data_as<const float>(fn);
   p.lo = data_as<const float>(lo);
-  p.part = data_as<float>(part);
-  p.sqsum = data_as<float>(sqsum);
   p.x_stride = x.stride(0);
   p.m = static_cast<int>(m);
   p.k = static_cast<int>(k);
   return p;
 }
 
-// Kernel on its parameters, grid (ceil(m / kRows), splits), on tvm-ffi's stream (m > 0).
+// Checks every argument of the partials' entry and returns the kernel parameters (part.size(0)
+// slices).
+Params checked_params(const TensorView& x, const TensorView& fn, const TensorView& lo,
+                      const TensorView& part, const TensorView& sqsum) {
+  Params p = checked_inputs(x, fn, lo);
+  const int device = x.device().device_id;
+  check_tensor(part, "part", {kAnySize, p.m, kPartCols}, {kFloat32}, device, Layout::kContiguous,
+               8);
+  const int64_t splits = part.size(0);
+  if (splits < 1 || splits > 65535) {
+    TVM_FFI_THROW(ValueError) << "part: S = " << splits << " must be in 1..65535";
+  }
+  check_tensor(sqsum, "sqsum", {splits, p.m}, {kFloat32}, device, Layout::kContiguous);
+  p.part = data_as<float>(part);
+  p.sqsum = data_as<float>(sqsum);
+  return p;
+}
+
+// Kernel on its parameters, grid (ceil(m / kRows), splits), on tvm-ffi's stream (m > 0); with
+// `cluster`, each column of `splits` CTAs (a row tile's slices) is one cluster.
 template <class S, auto Kernel, class P>
-void launch(const P& params, int m, int splits, int device, const char* name) {
+void launch(const P& params, int m, int splits, int device, const char* name, int smem_bytes,
+            bool cluster = false) {
   // The opt-in above 48 KB of shared memory.
-  set_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(S::kSmemBytes, device,
+  set_attribute_at_least<Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize>(smem_bytes, device,
                                                                               name);
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3((m + S::kRows - 1) / S::kRows, splits, 1);
   config.blockDim = dim3(S::kThreads, 1, 1);
-  config.dynamicSmemBytes = S::kSmemBytes;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = env_stream(device);
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = 1;
+  attr.val.clusterDim.y = static_cast<unsigned>(splits);
+  attr.val.clusterDim.z = 1;
+  config.attrs = &attr;
+  config.numAttrs = cluster ? 1 : 0;
   const cudaError_t err = cudaLaunchKernelEx(&config, Kernel, params);
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << name << " launch failed: " << cudaGetErrorString(err);
@@ -706,15 +907,17 @@ CUtensorMap tile_map(const void* base, CUtensorMapDataType type, uint64_t column
   return map;
 }
 
-template <class S>
-void launch_wgmma(const Params& p, int splits, int device) {
+// The wgmma kernel; FUSED: the statistics too (f), each row tile's `splits` CTAs one cluster.
+template <class S, bool FUSED>
+void launch_wgmma(const Params& p, const FinishParams& f, int splits, int device) {
   // setmaxnreg's hand-over assumes the registers a thread the build gave the kernel (the
   // __launch_bounds__ cap, all of which ptxas takes for such a kernel); with fewer, the
   // consumers' increase would never be granted. Asked until the runtime answers.
   static std::atomic<int> launch_regs{0};
   if (launch_regs.load() == 0) {
     cudaFuncAttributes attributes = {};
-    const cudaError_t err = cudaFuncGetAttributes(&attributes, hc_mix_partials_wgmma_kernel<S>);
+    const cudaError_t err =
+        cudaFuncGetAttributes(&attributes, hc_mix_partials_wgmma_kernel<S, FUSED>);
     if (err != cudaSuccess) {
       cudaGetLastError();  // not left for a later launch's check
       TVM_FFI_THROW(RuntimeError) << "hc_mix_partials_wgmma: " << cudaGetErrorString(err);
@@ -736,7 +939,10 @@ void launch_wgmma(const Params& p, int splits, int device) {
   tp.lo = tile_map(p.lo, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.k, kMixCols, w_row_bytes, 32, kMixCols,
                    "lo");
   tp.p = p;
-  launch<S, hc_mix_partials_wgmma_kernel<S>>(tp, p.m, splits, device, "hc_mix_partials_wgmma");
+  tp.f = f;
+  launch<S, hc_mix_partials_wgmma_kernel<S, FUSED>>(
+      tp, p.m, splits, device, FUSED ? "hc_mix_stats_fused" : "hc_mix_partials_wgmma",
+      FUSED ? S::kFusedSmemBytes : S::kSmemBytes, FUSED);
 }
 
 // The launch shapes: 128 rows a CTA and two CTAs an SM (mma.sync: 4 warps of 32 rows, the
@@ -747,6 +953,19 @@ void launch_wgmma(const Params& p, int splits, int device) {
 using SyncShape = Shape<128, 32, 4>;
 using WgmmaShape128 = WgmmaShape<2, 4>;
 using WgmmaShape256 = WgmmaShape<4, 4>;
+constexpr int kMaxClusterSlices = 8;  // the portable cluster size
+static_assert(WgmmaShape256::kFusedSmemBytes + kSmemPerCta <= kSmemPerSm, "fused: one CTA an SM");
+
+// The wgmma kernel's conditions: sm_90, and x's rows apart (a tensor map cannot overlap them).
+void check_wgmma(const Params& p, int device) {
+  int major = 0;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
+  if (p.m > 1 && p.x_stride < p.k) {
+    TVM_FFI_THROW(ValueError) << "x: rows overlap (row stride " << p.x_stride << " < K = " << p.k
+                              << "); the wgmma kernel reads x through a tensor map";
+  }
+}
 
 }  // namespace
 
@@ -765,23 +984,63 @@ void hc_mix_partials_tf32(TensorView x, TensorView fn, TensorView lo, TensorView
     TVM_FFI_THROW(ValueError) << "rows_per_cta: " << rows_per_cta
                               << " is not 128, or 256 with wgmma";
   }
-  if (wgmma) {
-    int major = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (major != 9) TVM_FFI_THROW(ValueError) << "wgmma: the kernel runs on sm_90 only";
-    if (p.m > 1 && p.x_stride < p.k) {
-      TVM_FFI_THROW(ValueError) << "x: rows overlap (row stride " << p.x_stride << " < K = " << p.k
-                                << "); the wgmma kernel reads x through a tensor map";
-    }
-  }
+  if (wgmma) check_wgmma(p, device);
   if (p.m == 0) return;  // nothing to write (and no tensor map has zero rows)
   if (!wgmma) {
-    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, p.m, splits, device, "hc_mix_partials");
+    launch<SyncShape, hc_mix_partials_kernel<SyncShape>>(p, p.m, splits, device, "hc_mix_partials",
+                                                         SyncShape::kSmemBytes);
   } else if (rows_per_cta == 128) {
-    launch_wgmma<WgmmaShape128>(p, splits, device);
+    launch_wgmma<WgmmaShape128, false>(p, FinishParams{}, splits, device);
   } else {
-    launch_wgmma<WgmmaShape256>(p, splits, device);
+    launch_wgmma<WgmmaShape256, false>(p, FinishParams{}, splits, device);
   }
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_mix_partials_tf32, hc_mix_partials_tf32);
+
+// The whole statistics in one launch on sm_90 (the wgmma kernel at 256 rows a CTA, fused): x,
+// fn, lo as above; scale fp32 [3], base fp32 [24]; pre, post fp32 [m, 4], comb fp32 [m, 4, 4],
+// mix fp32 [m, 24] (contiguous, 16-byte aligned). splits: S = 1..8 K slices, the CTAs of a
+// cluster; rms_eps, eps, post_mult, iters (1..1000): V4's 1e-6, 1e-6, 2.0, 20. Each slice's
+// partial is the partials entry's, bit for bit; the S CTAs of a row tile exchange them through
+// distributed shared memory after a cluster barrier, each row's sums adding the slices in
+// order, and CTA s finishes rows [s, s + 1) · ceil(256 / S) of the tile: no partials in global
+// memory and no second launch.
+void hc_mix_stats_fused(TensorView x, TensorView fn, TensorView lo, TensorView scale,
+                        TensorView base, TensorView pre, TensorView post, TensorView comb,
+                        TensorView mix, int64_t splits, double rms_eps, double eps,
+                        double post_mult, int64_t iters) {
+  const Params p = checked_inputs(x, fn, lo);
+  const int device = x.device().device_id;
+  const int64_t m = p.m;
+  check_tensor(scale, "scale", {3}, {kFloat32}, device, Layout::kContiguous);
+  check_tensor(base, "base", {kMixCols}, {kFloat32}, device, Layout::kContiguous);
+  check_tensor(pre, "pre", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(post, "post", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(comb, "comb", {m, 4, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(mix, "mix", {m, kMixCols}, {kFloat32}, device, Layout::kContiguous, 16);
+  if (splits < 1 || splits > kMaxClusterSlices) {
+    TVM_FFI_THROW(ValueError) << "splits: " << splits << " is not in 1.." << kMaxClusterSlices;
+  }
+  if (iters < 1 || iters > 1000) {
+    TVM_FFI_THROW(ValueError) << "iters: " << iters << " is not in 1..1000";
+  }
+  tvm::ffi::CUDADeviceGuard guard(device);
+  check_wgmma(p, device);
+  if (m == 0) return;
+  FinishParams f;
+  f.scale = data_as<const float>(scale);
+  f.base = data_as<const float>(base);
+  f.pre = data_as<float>(pre);
+  f.post = data_as<float>(post);
+  f.comb = data_as<float>(comb);
+  f.mix = data_as<float>(mix);
+  f.iters = static_cast<int>(iters);
+  f.k = static_cast<float>(p.k);
+  f.rms_eps = static_cast<float>(rms_eps);
+  f.eps = static_cast<float>(eps);
+  f.post_mult = static_cast<float>(post_mult);
+  launch_wgmma<WgmmaShape256, true>(p, f, static_cast<int>(splits), device);
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_mix_stats_fused, hc_mix_stats_fused);

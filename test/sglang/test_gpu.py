@@ -99,7 +99,8 @@ def v41_layer(plugin):
 
 
 ROWS = [1, 6, 32, 128, 4096]
-MIX_STATS_ROWS = [1, 6, 32, 128, 1024, 4096]  # 1024: on since session 8 (declined before)
+# 1024: on since session 8 (declined before); 16384: the fused kernel (session 9)
+MIX_STATS_ROWS = [1, 6, 32, 128, 1024, 4096, 16384]
 
 
 @pytest.mark.parametrize("rows", ROWS)

@@ -18,6 +18,8 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
     SplitKConfig,
     check_config,
     cuda_kernel_fits,
+    fuses,
+    num_sms,
     split_k_config,
 )
 from dsv41_kernels.reference.mhc import hc_mix_stats as ref_mix_stats
@@ -478,6 +480,76 @@ def test_gpu_cuda_projection_reads_fn_as_its_tf32_part():
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and sm_major(0) == 9 and module_available("hc_mix_stats", 0)),
+    reason="no Hopper GPU, or no CUDA module for it: the fused kernel is wgmma's",
+)
+def test_gpu_fused_statistics():
+    """The fused kernel (one launch: each row tile's slices one cluster): within the stated
+    tolerances of float64; its mix is the slices' partials (the partials entry's, bit for bit)
+    added in slice order in fp32, times the RMS factor; deterministic, and a row's bits do not
+    depend on where it sits or on m for a given slice count. The op takes it at 256 rows a CTA
+    and at most FUSED_MAX_SPLITS slices."""
+    module = load_module("hc_mix_stats")
+    k = 4 * 5120
+
+    def fused(x, fn, lo, scale, base, splits, iters=20, rms_eps=1e-6, eps=1e-6, post_mult=2.0):
+        m = x.shape[0]
+        outs = [torch.full(s, 7.0, device="cuda") for s in ((m, 4), (m, 4), (m, 4, 4), (m, 24))]
+        module.hc_mix_stats_fused(x, fn, lo, scale, base, *outs, splits, rms_eps, eps, post_mult,
+                                  iters)  # fmt: skip
+        return outs
+
+    for m, splits in ((1, 1), (255, 8), (256, 3), (300, 5), (2000, 2), (4096 + 17, 8)):
+        x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=400 + m)
+        lo = split_tf32(fn)[1]
+        ours = fused(x, fn, lo, scale, base, splits)
+        ref = reference_with_mix(x, fn, scale, base)
+        assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL, (m, splits)
+        assert stats_mismatches(ours, ref, scale) == 0, (m, splits)
+        part, sqsum = (
+            torch.empty(splits, m, 32, device="cuda"),
+            torch.empty(splits, m, device="cuda"),
+        )
+        module.hc_mix_partials_tf32(x, fn, lo, part, sqsum, True, 256)
+        total, sq = part[0].clone(), sqsum[0].clone()
+        for s in range(1, splits):  # fp32 adds in slice order
+            total += part[s]
+            sq += sqsum[s]
+        mix = total[:, :24].double() * torch.rsqrt(sq.double() / k + 1e-6)[:, None]
+        assert ((ours[3] - mix).abs().max() / mix.abs().max()) <= 2e-7, (m, splits)
+        assert_rows_equal(ours, fused(x, fn, lo, scale, base, splits))
+        other = example_inputs(m + 37, 5120, device="cuda", seed=500 + m)[0]
+        other[37:] = x
+        assert_rows_equal(ours, [t[37:] for t in fused(other, fn, lo, scale, base, splits)])
+    options = fused(x, fn, lo, scale, base, 8, iters=3, rms_eps=1e-3, eps=1e-4, post_mult=1.0)
+    want = ref_mix_stats(x, fn, scale, base, iters=3, rms_eps=1e-3, eps=1e-4, post_mult=1.0)
+    for a, b in zip(options[:3], want, strict=True):
+        assert (a.double() - b).abs().max() < 1e-5
+    holder = HcDerivedWeights(fn)
+    for m, fused_expected in ((1024, False), (4096, False), (16384, True), (65536, True)):
+        cfg = split_k_config("compensated", m, k, 132, cuda=True, wgmma=True)  # the H200's SMs
+        assert fuses(cfg, wgmma=True) is fused_expected
+    assert not fuses(split_k_config("batch_invariant", 4096, k, 132, cuda=True), wgmma=True)
+    x, fn, scale, base = example_inputs(16384, 5120, device="cuda", seed=9)
+    holder = HcDerivedWeights(fn)
+    cfg = split_k_config("compensated", 16384, k, num_sms(x.device), cuda=True, wgmma=True)
+    assert_rows_equal(
+        hc_mix_stats(x, holder, scale, base, return_mix=True),
+        fused(x, fn, holder.lo, scale, base, cfg.splits),
+    )
+    for kw, match in (
+        ({"splits": 9}, "splits"),
+        ({"splits": 0}, "splits"),
+        ({"iters": 0}, "iters"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            fused(x, fn, holder.lo, scale, base, **{"splits": 8, **kw})
+    with pytest.raises(ValueError, match="base"):
+        fused(x, fn, holder.lo, scale, base[:8], 8)
+
+
+@pytest.mark.gpu
 def test_gpu_batch_invariance_bit_for_bit():
     _, fn, scale, base = example_inputs(1, 5120, device="cuda", seed=11)
     holder = HcDerivedWeights(fn)
@@ -507,7 +579,7 @@ def test_gpu_deterministic_across_launches(m, mode):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("m", [6, 1024])
+@pytest.mark.parametrize("m", [6, 1024, 16384])  # small-row; partials + finisher; fused
 def test_gpu_cuda_graph_capture_and_replay(m):
     x, fn, scale, base = example_inputs(m, 5120, device="cuda", seed=14)
     holder = HcDerivedWeights(fn)

@@ -17,12 +17,13 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   sm_80+ (aligned rows, ``fn`` contiguous) the projection is the CUDA kernel
   ``sgl-kernel/csrc/hc_mix_stats.cu`` (TF32 ``wgmma`` fed by TMA on Hopper, ``mma.sync`` fed
   by cp.async elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
-  ``x·hi + x·lo``; elsewhere Triton, whose partial is the 64 columns ``[hi | 0 | lo | 0]``
-  (the finisher adds the halves). The Triton projection's fp32 copy of x defeats its
-  pipeliner (~1.2 TB/s, against ~2.7 for ``mma.sync`` and ~3.5 for ``wgmma``). The two differ
-  in the last bits and the statistics feed the residual streams every rank of a
-  tensor-parallel group holds a copy of, so the choice never depends on the toolchain: a
-  machine that cannot build or load the CUDA module gets that error, not the other bits.
+  ``x·hi + x·lo``, and so is its finisher (a dependent launch on sm_90+); elsewhere both are
+  Triton, the partial the 64 columns ``[hi | 0 | lo | 0]`` (the finisher adds the halves). The
+  Triton projection's fp32 copy of x defeats its pipeliner (~1.2 TB/s, against ~2.7 for
+  ``mma.sync`` and ~3.5 for ``wgmma``). The two differ in the last bits and the statistics feed
+  the residual streams every rank of a tensor-parallel group holds a copy of, so the choice
+  never depends on the toolchain: a machine that cannot build or load the CUDA module gets that
+  error, not the other bits.
 - ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.

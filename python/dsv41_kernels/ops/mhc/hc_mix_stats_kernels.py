@@ -1,12 +1,14 @@
 """The kernels of the mHC mixing statistics and their launcher (:mod:`.hc_mix_stats`).
 
 Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
-the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
-sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: TF32 ``wgmma`` fed by TMA on Hopper,
-``mma.sync`` fed by cp.async elsewhere); then one finisher (:func:`_mix_finish_kernel`)
-reduces the slices in a fixed order, adds the compensation columns (Triton's partials keep
-them apart), applies the RMS factor, the gates and
-Sinkhorn. Launch shapes come from :func:`split_k_config`.
+the partial sums of squares ``[S, m]``; then one finisher reduces the slices in a fixed order,
+applies the RMS factor, the gates and Sinkhorn. Either both are Triton
+(:func:`_mix_partials_kernel`, whose partials keep the compensation columns apart, and
+:func:`_mix_finish_kernel`, which adds them), or on sm_80+ both are CUDA
+(``sgl-kernel/csrc/hc_mix_stats.cu``: the projection TF32 ``wgmma`` fed by TMA on Hopper,
+``mma.sync`` fed by cp.async elsewhere; the finisher a dependent launch on sm_90+, so it starts
+as the projection ends instead of after a launch gap). Launch shapes come from
+:func:`split_k_config`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,13 @@ _TF32_MASK = tl.constexpr(-(1 << TF32_DROPPED_BITS))
 _EXPONENT_BITS = tl.constexpr(0x7F800000)
 
 
-MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection
+MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection (fused or not)
+FUSED_MAX_SPLITS = 2
+"""The op's fused wgmma kernel takes at most this many K slices (the kernel takes up to 8, the
+portable cluster size). A row tile's slices are one cluster, and the H200 does not hold every
+cluster of 4 or 8 at once where the default shapes ask for them: 4096 rows (16 clusters of 8)
+took 88.6 us fused against 54.3 for the two launches, 8192 (32 of 4) 161.6 against 96.1, a
+second wave each (docs/results/h200/session9). From 16384 rows (1-2 slices) it is faster."""
 WGMMA_WIDE_ROWS = 1024
 """From this many rows the wgmma projection takes 256 rows a CTA, one CTA an SM; otherwise 128
 rows, two CTAs an SM (H200, session 8: each within 4 % of the best shape swept, 512-65536 rows)."""
@@ -50,6 +58,14 @@ rows, two CTAs an SM (H200, session 8: each within 4 % of the best shape swept, 
 def uses_wgmma(device: torch.device) -> bool:
     """The CUDA projection's Hopper kernel (wgmma) runs on sm_90; mma.sync elsewhere."""
     return sm_major(cuda_index(device)) == 9
+
+
+def fuses(cfg: SplitKConfig, *, wgmma: bool) -> bool:
+    """Whether the CUDA projection runs fused with the statistics (one launch, no partials in
+    global memory): the wgmma kernel at 256 rows a CTA with at most :data:`FUSED_MAX_SPLITS`
+    K slices, whose CTAs (one cluster a row tile) add their partials in distributed shared
+    memory. Pure: the launch shape and the architecture."""
+    return wgmma and cfg.block_m == 256 and cfg.splits <= FUSED_MAX_SPLITS
 
 
 def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
@@ -468,9 +484,16 @@ def launch(
     pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
     comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
-    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finisher needs it
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finishers write it
     outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
     if m == 0:
+        return outputs
+    if cuda and fuses(cfg, wgmma=uses_wgmma(device)):
+        module = load_module(MODULE, cuda_index(device))
+        scale, base = scale.reshape(-1).contiguous(), base.reshape(-1).contiguous()
+        module.hc_mix_stats_fused(
+            x2d, fn, lo, scale, base, *outputs[:3], mix, cfg.splits, rms_eps, eps, post_mult, iters
+        )
         return outputs
     partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
     sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
