@@ -511,9 +511,10 @@ __device__ __forceinline__ float load_from_rank(uint32_t address, uint32_t rank)
 //   into its CTA's tile sums in shared memory; a cluster barrier; CTA s adds the S partials of
 //   its ceil(256 / S) rows in slice order, read from the cluster's shared memory; a second
 //   barrier (no CTA leaves while another reads its memory); then one thread a row makes the
-//   statistics (finish_row). The producer warpgroup only joins the barriers. This saves the
-//   partials' round trip through global memory and the finisher's launch, ~6 us of an op
-//   that took 54.5 at 4096 rows (session 9).
+//   statistics (finish_row). The producer warpgroup only joins the barriers. It saves the
+//   partials' round trip through global memory and the finisher's launch, but every cluster
+//   must be resident at once: the H200 holds 15 clusters of 8 and 30 of 4, so the op takes it
+//   at 1-2 slices only (FUSED_MAX_SPLITS in hc_mix_stats_kernels.py; session 9).
 
 // A register count setmaxnreg and the allocator take: a multiple of 8, at most 248.
 constexpr int cap_registers(int registers) { return (registers < 248 ? registers : 248) & ~7; }

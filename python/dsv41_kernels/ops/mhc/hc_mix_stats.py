@@ -1,4 +1,5 @@
-"""mHC mixing statistics: projection, RMS factor, gates and Sinkhorn in two launches.
+"""mHC mixing statistics: projection, RMS factor, gates and Sinkhorn in two launches (one on
+Hopper from 16384 rows).
 
 Every DeepSeek-V4(.1) sublayer turns its four residual streams ``x [m, 4H]`` (bf16) into
 ``(pre [m, 4], post [m, 4], comb [m, 4, 4])`` through a projection by ``fn [24, 4H]`` (fp32)
@@ -17,8 +18,9 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   sm_80+ (aligned rows, ``fn`` contiguous) the projection is the CUDA kernel
   ``sgl-kernel/csrc/hc_mix_stats.cu`` (TF32 ``wgmma`` fed by TMA on Hopper, ``mma.sync`` fed
   by cp.async elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
-  ``x·hi + x·lo``, and so is its finisher (a dependent launch on sm_90+); elsewhere both are
-  Triton, the partial the 64 columns ``[hi | 0 | lo | 0]`` (the finisher adds the halves). The
+  ``x·hi + x·lo`` (on Hopper from 16384 rows, 1-2 K slices, the same launch also finishes
+  the statistics: :func:`~.hc_mix_stats_kernels.fuses`); elsewhere Triton, whose partial is
+  the 64 columns ``[hi | 0 | lo | 0]`` (the finisher adds the halves). The
   Triton projection's fp32 copy of x defeats its pipeliner (~1.2 TB/s, against ~2.7 for
   ``mma.sync`` and ~3.5 for ``wgmma``). The two differ in the last bits and the statistics feed
   the residual streams every rank of a tensor-parallel group holds a copy of, so the choice

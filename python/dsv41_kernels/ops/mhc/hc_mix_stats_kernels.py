@@ -1,14 +1,14 @@
 """The kernels of the mHC mixing statistics and their launcher (:mod:`.hc_mix_stats`).
 
 Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
-the partial sums of squares ``[S, m]``; then one finisher reduces the slices in a fixed order,
-applies the RMS factor, the gates and Sinkhorn. Either both are Triton
-(:func:`_mix_partials_kernel`, whose partials keep the compensation columns apart, and
-:func:`_mix_finish_kernel`, which adds them), or on sm_80+ both are CUDA
-(``sgl-kernel/csrc/hc_mix_stats.cu``: the projection TF32 ``wgmma`` fed by TMA on Hopper,
-``mma.sync`` fed by cp.async elsewhere; the finisher a dependent launch on sm_90+, so it starts
-as the projection ends instead of after a launch gap). Launch shapes come from
-:func:`split_k_config`.
+the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
+sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: TF32 ``wgmma`` fed by TMA on Hopper,
+``mma.sync`` fed by cp.async elsewhere); then one finisher (:func:`_mix_finish_kernel`)
+reduces the slices in a fixed order, adds the compensation columns (Triton's partials keep
+them apart), applies the RMS factor, the gates and Sinkhorn. Where :func:`fuses` holds (Hopper,
+256 rows a CTA, 1-2 slices) one launch does it all: the wgmma kernel's slice CTAs of a row
+tile add their partials in distributed shared memory and finish the rows themselves. Launch
+shapes come from :func:`split_k_config`.
 """
 
 from __future__ import annotations
