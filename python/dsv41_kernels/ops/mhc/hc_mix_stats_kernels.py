@@ -488,8 +488,9 @@ def launch(
     outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
     if m == 0:
         return outputs
-    if cuda and fuses(cfg, wgmma=uses_wgmma(device)):
-        module = load_module(MODULE, cuda_index(device))
+    module = load_module(MODULE, cuda_index(device)) if cuda else None
+    wgmma = cuda and uses_wgmma(device)
+    if cuda and fuses(cfg, wgmma=wgmma):
         scale, base = scale.reshape(-1).contiguous(), base.reshape(-1).contiguous()
         module.hc_mix_stats_fused(
             x2d, fn, lo, scale, base, *outputs[:3], mix, cfg.splits, rms_eps, eps, post_mult, iters
@@ -498,8 +499,7 @@ def launch(
     partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
     sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
     if cuda:
-        module = load_module(MODULE, cuda_index(device))
-        module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, uses_wgmma(device), cfg.block_m)
+        module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, wgmma, cfg.block_m)
     else:
         _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
     slices_per_step = min(
