@@ -26,9 +26,9 @@ from dsv41_kernels.timing import graph_time_us
 
 ARMS = (SGLANG_ARM, "dsv41-kernels")
 ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
-ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 128, 256, 384)
+ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536)
-ROUTER_TOKENS = (1, 6, 16, 64, 256, 1024)
+ROUTER_TOKENS = (1, 6, 16, 64, 256, 512, 1024)
 SCHED_BS = (1, 4, 16, 64)
 WO_A_TOKENS = (6, 24, 96, 384)
 

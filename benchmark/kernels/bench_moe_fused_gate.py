@@ -7,12 +7,14 @@ unpacked`` (SGLang's own one-launch Triton router as its ``vision_topk`` calls i
 ``moe_fused_gate(..., scoring_func="sqrtsoftplus", sqrtsoftplus_log1p=True, bias_alt=...,
 packed_out=...)``, with and without packed ids), ``router`` (ours, ids and weights only),
 ``router + pack`` (ours, then one Triton launch packing ``(id << 16) | bf16_bits(weight)``) and
-``packed router`` (ours, one launch writing all three), preallocated outputs for ours;
-``exact``: the packed ids equal ``pack_topk`` of the router's own outputs, both ways, and for
-SGLang's arms its ids and packed ids equal ours. Targets on the H200: the packed router
-<= 2.4 us at every T <= 64 and <= 0.85x SGLang's packed router; at T = 6 packed router <= 1.1x
-router and at least one launch saved against router + pack (one tiny kernel launch, timed here
-the same way, is the yardstick).
+``packed router`` (ours, one launch writing all three: the CUDA kernel where it is admitted),
+``packed router (triton)`` (our Triton kernel forced), preallocated outputs for ours;
+``exact``: the packed ids equal ``pack_topk`` of the router's own outputs, both ways, the
+Triton kernel's three outputs equal the admitted kernel's bit for bit, and for SGLang's arms
+its ids and packed ids equal ours. Targets on the H200:
+the packed router <= 2.4 us at every T <= 64 and <= 0.85x SGLang's packed router; at T = 6
+packed router <= 1.1x router and at least one launch saved against router + pack (one tiny
+kernel launch, timed here the same way, is the yardstick).
 """
 
 from __future__ import annotations
@@ -24,7 +26,13 @@ import triton
 import triton.language as tl
 from common import SGLANG_ARM, parser, report, sglang_arm, sglang_function, timed
 
-from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, pack_topk
+from dsv41_kernels.admission import admit
+from dsv41_kernels.ops.moe.moe_fused_gate import (
+    TRITON,
+    moe_fused_gate,
+    moe_fused_gate_admission,
+    pack_topk,
+)
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
 IMAGE_TOKEN_ID = 129264
@@ -44,7 +52,11 @@ def one_launch(device: torch.device) -> dict:
 
 
 def bench(
-    num_tokens: int, num_experts: int, top_k: int, dtype: torch.dtype, device: torch.device
+    num_tokens: int,
+    num_experts: int,
+    top_k: int,
+    dtype: torch.dtype,
+    device: torch.device,
 ) -> list[dict]:
     gen = torch.Generator(device="cpu").manual_seed(num_tokens)
     logits = torch.randn(num_tokens, num_experts, generator=gen).to(device, dtype)
@@ -78,14 +90,43 @@ def bench(
     def packed_router():
         moe_fused_gate(logits, bias, packed_out=packed, **routing)
 
+    forced = admit(TRITON, "triton (forced)")
+    t_weights, t_ids, t_packed = (
+        torch.empty_like(weights),
+        torch.empty_like(ids),
+        torch.empty_like(packed),
+    )
+    triton_routing = {**routing, "out_weights": t_weights, "out_ids": t_ids}
+
+    def triton_router():
+        moe_fused_gate(logits, bias, packed_out=t_packed, admission=forced, **triton_routing)
+
     packed_router()
+    triton_router()
     exact = torch.equal(packed, pack_topk_reference(ids, weights))
     exact &= torch.equal(router_then_pack(), packed)
+    same_as_triton = bool(
+        torch.equal(t_weights.view(torch.int32), weights.view(torch.int32))
+        and torch.equal(t_ids, ids)
+        and torch.equal(t_packed, packed)
+    )
+    kernel = moe_fused_gate_admission(logits, bias, top_k=top_k, **vision_args(routing)).kernel
     shape = f"[{num_tokens}, {num_experts}] {str(dtype).replace('torch.', '')} top-{top_k}"
     arms = {"router": router, "router + pack": router_then_pack, "packed router": packed_router}
     records = [
-        timed("moe_fused_gate", shape, arm, run, exact=bool(exact)) for arm, run in arms.items()
+        timed("moe_fused_gate", shape, arm, run, exact=bool(exact), kernel=kernel)
+        for arm, run in arms.items()
     ]
+    records.append(
+        timed(
+            "moe_fused_gate",
+            shape,
+            "packed router (triton)",
+            triton_router,
+            exact=same_as_triton,
+            kernel=TRITON,
+        )
+    )
     sglang, why = sglang_function("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate")
     their_packed = torch.empty_like(packed)
     for arm, out in ((SGLANG_ARM, their_packed), (f"{SGLANG_ARM} unpacked", None)):
@@ -110,6 +151,11 @@ def bench(
         record = sglang_arm("moe_fused_gate", shape, sglang, why, run, exact=same)
         records.append({**record, "arm": arm})
     return records
+
+
+def vision_args(routing: dict) -> dict:
+    keys = ("bias_alt", "input_ids", "image_token_id", "num_token_non_padded")
+    return {k: routing[k] for k in keys}
 
 
 def main() -> int:

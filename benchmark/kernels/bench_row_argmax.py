@@ -3,10 +3,10 @@
 Arms: ``torch.argmax`` (what the op replaces for other targets), ``sglang-0.5.23`` (SGLang's
 ``_row_argmax(logits, fused=True)`` as DeepSeek-V4.1's verify calls it: its split-vocab kernel
 where it admits the shape, inexact on NaN, else torch.argmax), ``triton`` (the multi-block
-Triton kernel alone) and ``ours`` (the public op: the CUDA cluster kernel for up to 8 rows on
-sm_90+). Every arm is checked equal to torch.argmax first (random rows, no NaN). ``--sweep``
-also times the CUDA cluster kernel's launch shapes (threads x items) at 1, 6 and 64 rows, on
-logits full of ties.
+Triton kernel alone) and ``ours`` (the public op: on sm_90+ the CUDA kernels, clusters of CTAs
+a row, and one CTA a row from 96 rows while the rows fit the GPU at once). Every arm is
+checked equal to torch.argmax first (random rows, no NaN). ``--sweep`` also times the CUDA
+kernels' launch shapes (:func:`sweep`), on logits full of ties.
     python benchmark/kernels/bench_row_argmax.py --json bench_row_argmax.json
 """
 
@@ -20,6 +20,7 @@ from dsv41_kernels.ops.speculative.row_argmax import launch_triton, row_argmax, 
 
 VOCAB = 129280
 SWEEP_SHAPES = ((128, 16), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 2))
+SWEEP_ROW_SHAPES = ((128, 8), (256, 4), (256, 8), (512, 2), (512, 4), (1024, 2))
 
 
 def measure(rows: int) -> list[dict]:
@@ -47,27 +48,33 @@ def measure(rows: int) -> list[dict]:
 
 
 def sweep() -> list[dict]:
-    """The CUDA cluster kernel's launch shapes, checked and timed."""
+    """The CUDA kernels' launch shapes, checked and timed: the cluster kernel's (threads x
+    items) at 1, 6 and 64 rows, the one-CTA-a-row kernel's (threads x unroll) at 96..384."""
     records = []
     module = cuda_module(torch.device("cuda"))
-    for rows in (1, 6, 64):
-        x = torch.randn(rows, VOCAB, device="cuda")
-        x[:, ::97] = x.max()  # ties everywhere
-        ref = torch.argmax(x, dim=-1)
-        out = torch.empty(rows, dtype=torch.int64, device="cuda")
-        for threads, items in SWEEP_SHAPES:
-            run = lambda x=x, t=threads, i=items: module.row_argmax_cluster_shape(x, out, t, i)
-            run()
-            shape = f"[{rows}, {VOCAB}] fp32, ties"
-            arm = f"cuda {threads}x{items}"
-            records.append(timed("row_argmax", shape, arm, run, exact=torch.equal(out, ref)))
+    kernels = (
+        ("cluster", module.row_argmax_cluster_shape, (1, 6, 64), SWEEP_SHAPES),
+        ("rows", module.row_argmax_rows_shape, (96, 128, 256, 384), SWEEP_ROW_SHAPES),
+    )
+    for name, launch, row_counts, shapes in kernels:
+        for rows in row_counts:
+            x = torch.randn(rows, VOCAB, device="cuda")
+            x[:, ::97] = x.max()  # ties everywhere
+            ref = torch.argmax(x, dim=-1)
+            out = torch.empty(rows, dtype=torch.int64, device="cuda")
+            for threads, items in shapes:
+                run = lambda x=x, t=threads, i=items, f=launch: f(x, out, t, i)
+                run()
+                shape = f"[{rows}, {VOCAB}] fp32, ties"
+                arm = f"cuda {name} {threads}x{items}"
+                records.append(timed("row_argmax", shape, arm, run, exact=torch.equal(out, ref)))
     return records
 
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--rows", default="1,2,6,8,16,64,128,256,384")
-    p.add_argument("--sweep", action="store_true", help="also time the cluster launch shapes")
+    p.add_argument("--rows", default="1,2,6,8,16,32,64,96,128,256,384")
+    p.add_argument("--sweep", action="store_true", help="also time the CUDA launch shapes")
     args = p.parse_args()
     records = [r for rows in map(int, args.rows.split(",")) for r in measure(rows)]
     if args.sweep:

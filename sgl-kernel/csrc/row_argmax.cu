@@ -5,7 +5,9 @@
 // is cut into up to 16 chunks, one CTA each, and the CTAs of a row form a cluster. Each warp
 // reduces its part of the chunk and sends its winner into the leader CTA's shared memory with
 // st.async, which completes on the leader's mbarrier; only the leader waits, and it writes the
-// index. No global atomics and no second launch for the argmax.
+// index. No global atomics and no second launch for the argmax. From kRowKernelMinRows rows,
+// while they fit the GPU at once, the argmax takes one CTA a row instead (row_argmax_rows_kernel):
+// with a row for every SM the cluster's exchange buys nothing.
 //
 // Contract: bitwise identical to torch.argmax(logits, -1): the first NaN if the row has one,
 // else the first maximum (-0.0 == +0.0, an all -Inf row gives 0). Each thread visits its
@@ -50,6 +52,14 @@ constexpr int kThreads = 256;    // the default launch shape; the sweep export t
 constexpr int kMaxCluster = 16;  // non-portable cluster size, available on sm_90 and sm_100
 constexpr int kMaxDraft = 16;    // accept: rows per request (match bits, slots)
 constexpr uint32_t kNoIndex = 0xFFFFFFFFu;
+// The argmax takes one CTA a row (row_argmax_rows_kernel, kRowThreads x kRowUnroll) from
+// kRowKernelMinRows rows while its grid is one wave; on the H200 (session 10, fp32, vocab
+// 129280) it measured 11.84 / 17.87 / 25.09 us at 96 / 128 / 192 rows against the cluster
+// kernel's 13.55 / 18.47 / 25.42 and 8.60 against 7.54 at 64; at 384 rows (two waves) the
+// cluster kernel's 47.11 beat it.
+constexpr int kRowKernelMinRows = 96;
+constexpr int kRowThreads = 1024;
+constexpr int kRowUnroll = 2;
 
 template <typename T>
 __device__ __forceinline__ float to_float(T x) {
@@ -319,6 +329,83 @@ __global__ void __launch_bounds__(THREADS)
   }
 }
 
+// One CTA a row, for batches with a row for every SM: the cluster's exchange and its
+// co-scheduling buy nothing there. The CTA streams its row in batches of UNROLL vectors a
+// thread, the next batch's loads in flight while the current one is compared. Vector v of the
+// row is batch v / (THREADS * UNROLL), item (v / THREADS) % UNROLL of thread v % THREADS, so a
+// thread meets its columns in increasing order and a strict '>' keeps its first maximum; the
+// partial vector past the row's whole vectors goes to the thread that owns that vector's slot,
+// after its whole vectors. Same contract, and the same winner rule above the thread, as the
+// cluster kernel.
+template <typename T, int THREADS, int UNROLL>
+__global__ void __launch_bounds__(THREADS)
+    row_argmax_rows_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
+                           int64_t* __restrict__ out) {
+  constexpr int kVec = kVecOf<T>;
+  constexpr int kWarps = THREADS / 32;
+  constexpr int kBatch = THREADS * UNROLL;
+  static_assert(kWarps <= 32, "one warp reduces the warp winners");
+  __shared__ uint64_t warp_winners[kWarps];
+
+  const int tid = threadIdx.x;
+  const T* x = logits + static_cast<int64_t>(blockIdx.x) * row_stride;
+  const uint4* vectors = reinterpret_cast<const uint4*>(x);
+  const int whole = vocab / kVec;
+  // A thread without columns keeps (-Inf, vocab - 1), which never beats a real column; one with
+  // columns starts at its first, which it keeps if every value is -Inf.
+  float best = -INFINITY;
+  int best_i = min(tid * kVec, vocab - 1);
+  auto load = [&](uint4(&batch)[UNROLL], int first) {
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) {
+      const int v = first + k * THREADS + tid;
+      batch[k] = v < whole ? __ldg(vectors + v) : uint4{};
+    }
+  };
+  auto compare = [&](const uint4(&batch)[UNROLL], int first) {
+#pragma unroll
+    for (int k = 0; k < UNROLL; ++k) {
+      const int v = first + k * THREADS + tid;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        const float value = element<T>(batch[k], j);
+        // Bitwise & and |: short circuits compile to a branch per value.
+        const bool take = (v < whole) & ((value > best) | ((value != value) & (best == best)));
+        best = take ? value : best;
+        best_i = take ? v * kVec + j : best_i;
+      }
+    }
+  };
+  uint4 even[UNROLL], odd[UNROLL];
+  load(even, 0);
+  for (int first = 0; first < whole; first += 2 * kBatch) {
+    load(odd, first + kBatch);
+    compare(even, first);
+    if (first + 2 * kBatch < whole) load(even, first + 2 * kBatch);
+    compare(odd, first + kBatch);
+  }
+  const int tail_begin = whole * kVec;
+  if (tail_begin < vocab && whole % THREADS == tid) {
+    for (int c = tail_begin; c < vocab; ++c) {
+      const float value = to_float(x[c]);
+      const bool take = (value > best) | ((value != value) & (best == best));
+      best = take ? value : best;
+      best_i = take ? c : best_i;
+    }
+  }
+  uint32_t key = order_key(best);
+  uint32_t index = static_cast<uint32_t>(best_i);
+  warp_winner(key, index);
+  if (tid % 32 == 0) warp_winners[tid / 32] = static_cast<uint64_t>(key) << 32 | index;
+  __syncthreads();
+  if (tid >= 32) return;
+  const uint64_t w = tid < kWarps ? warp_winners[tid] : uint64_t{kNoIndex};
+  key = static_cast<uint32_t>(w >> 32);
+  index = static_cast<uint32_t>(w);
+  warp_winner(key, index);
+  if (tid == 0) out[blockIdx.x] = index;
+}
+
 template <typename T, int THREADS, int ITEMS, bool ACCEPT>
 void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
                   cudaStream_t stream) {
@@ -341,9 +428,25 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
                      out, a);
 }
 
-// The fewest items per thread that keep the cluster within kMaxCluster CTAs.
+template <typename T, int THREADS, int UNROLL>
+void launch_rows(const TensorView& logits, int64_t* out, cudaStream_t stream) {
+  launch_in_clusters("row_argmax", row_argmax_rows_kernel<T, THREADS, UNROLL>,
+                     dim3(static_cast<unsigned>(logits.size(0))), dim3(THREADS), /*cluster=*/0,
+                     /*dependent=*/false, stream, data_as<const T>(logits), logits.stride(0),
+                     static_cast<int>(logits.size(1)), out);
+}
+
+// The argmax: one CTA a row where that kernel wins (kRowKernelMinRows). Otherwise clusters of
+// the fewest items per thread that keep the cluster within kMaxCluster CTAs.
 template <typename T, bool ACCEPT>
 void launch(const TensorView& logits, int64_t* out, const AcceptParams& a, cudaStream_t stream) {
+  if constexpr (!ACCEPT) {
+    const int64_t rows = logits.size(0);
+    constexpr auto rows_kernel = row_argmax_rows_kernel<T, kRowThreads, kRowUnroll>;
+    if (rows >= kRowKernelMinRows && one_wave(rows_kernel, rows, kRowThreads)) {
+      return launch_rows<T, kRowThreads, kRowUnroll>(logits, out, stream);
+    }
+  }
   const int64_t per_item = int64_t{kThreads} * kVecOf<T> * kMaxCluster;
   const int64_t vocab = logits.size(1);
   if (vocab <= 2 * per_item) return launch_items<T, kThreads, 2, ACCEPT>(logits, out, a, stream);
@@ -384,7 +487,7 @@ int64_t* checked_out(const TensorView& out, const TensorView& logits) {
 
 // logits: [rows, vocab] fp32/bf16/fp16 CUDA, last-dim stride 1, 16-byte aligned rows;
 // out: int64 [rows] contiguous on the same device. Checked here too: a wrong call throws.
-void row_argmax_cluster(TensorView logits, TensorView out) {
+void row_argmax_cuda(TensorView logits, TensorView out) {
   cudaStream_t stream = checked_stream(logits);
   tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);  // the launch and the attribute
   launch_dtype<false>(logits, checked_out(out, logits), AcceptParams{}, stream);
@@ -458,6 +561,25 @@ void row_argmax_cluster_shape(TensorView logits, TensorView out, int threads, in
   TVM_FFI_THROW(ValueError) << "no launch shape " << threads << " threads x " << items << " items";
 }
 
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cluster, row_argmax_cluster);
+// fp32 only: the one-CTA-a-row kernel with an explicit shape, for the same sweep.
+void row_argmax_rows_shape(TensorView logits, TensorView out, int threads, int unroll) {
+  cudaStream_t stream = checked_stream(logits);
+  tvm::ffi::CUDADeviceGuard guard(logits.device().device_id);
+  int64_t* dst = checked_out(out, logits);
+  if (logits.dtype().code != kDLFloat || logits.dtype().bits != 32) {
+    TVM_FFI_THROW(ValueError) << "the sweep takes float32 logits";
+  }
+  if (threads == 256 && unroll == 4) return launch_rows<float, 256, 4>(logits, dst, stream);
+  if (threads == 256 && unroll == 8) return launch_rows<float, 256, 8>(logits, dst, stream);
+  if (threads == 512 && unroll == 2) return launch_rows<float, 512, 2>(logits, dst, stream);
+  if (threads == 512 && unroll == 4) return launch_rows<float, 512, 4>(logits, dst, stream);
+  if (threads == 1024 && unroll == 2) return launch_rows<float, 1024, 2>(logits, dst, stream);
+  if (threads == 128 && unroll == 8) return launch_rows<float, 128, 8>(logits, dst, stream);
+  TVM_FFI_THROW(ValueError) << "no launch shape " << threads << " threads x " << unroll
+                            << " unroll";
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cuda, row_argmax_cuda);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(accept_greedy_cluster, accept_greedy_cluster);
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_cluster_shape, row_argmax_cluster_shape);
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(row_argmax_rows_shape, row_argmax_rows_shape);

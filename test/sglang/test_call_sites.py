@@ -118,7 +118,8 @@ def route(moe, gen, tokens, dtype, rows=None):
 
 
 def test_vision_router_declines_by_default(plugin, fired):
-    """SGLang's own one-launch packed gate measured faster: the hook hands it every call."""
+    """On a machine whose GPU architecture was never measured (here: none), the hook hands
+    SGLang's own one-launch packed gate every call."""
     gen = torch.Generator().manual_seed(10)
     moe = callers.vision_moe(gen, "cpu", num_experts=64)
     ours, theirs = route(moe, gen, 9, torch.float32)

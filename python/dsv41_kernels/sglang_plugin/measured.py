@@ -39,24 +39,28 @@ class SlowerThanSGLang:
 
 CALL_SITES_WO_A = "benchmark/call_sites.py --sites wo_a, docs/results/h200/session6"
 """The wo_a runs with the table read before the wait: ``r1`` and ``r3``."""
+CALL_SITES_ROUTER = "benchmark/call_sites.py --sites router, docs/results/h200/session10"
+"""``call3``: the router's CUDA kernel (to 256 tokens) and Triton kernel (beyond) against
+SGLang's, and ``call3/logs/bench_router.log`` for 2048 tokens."""
 CALL_SITES = "benchmark/call_sites.py, docs/results/h200/session5"
-"""The call-site runs of the dependent launches that let the next launch start early: ``r1``
-(the router's figures, its kernel as now) and ``r4`` (the combine's final kernel)."""
+"""The call-site runs of the dependent launches that let the next launch start early: ``r4``
+(the combine's final kernel)."""
 SLOWER = (
     SlowerThanSGLang(
         "router",
         9,
-        range(0, 1024),
-        "SGLang's one-launch packed gate is faster below 1024 tokens on the H200: 2.72 / 2.82 / "
-        "2.84 / 2.92 / 3.23 us against our 2.97 / 3.02 / 3.04 / 3.09 / 3.28 at T = 1 / 6 / 16 / "
-        f"64 / 256 ({CALL_SITES}/r1); ours wins at 1024 (3.99 against 4.58)",
+        range(1025, 1 << 31),
+        "SGLang's one-launch packed gate is faster from 2048 tokens on the H200 (6.67 against "
+        "our 8.62 us at 2048); ours wins up to 1024 (2.46 / 2.52 / 2.55 / 2.87 against 2.74 / "
+        f"2.82 / 2.89 / 3.21 at T = 1 / 6 / 64 / 256, 3.99 against 4.55 at 1024; "
+        f"{CALL_SITES_ROUTER})",
     ),
     SlowerThanSGLang(
         "router",
         None,
         range(0, 1 << 31),
-        "not measured on this GPU architecture; on the H200 SGLang's packed gate is faster "
-        f"below 1024 tokens ({CALL_SITES}/r1)",
+        "not measured on this GPU architecture (on the H200 ours is faster up to 1024 "
+        f"tokens: {CALL_SITES_ROUTER})",
     ),
     SlowerThanSGLang(
         "wo_a",

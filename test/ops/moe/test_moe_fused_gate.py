@@ -472,6 +472,106 @@ def test_gpu_random_cases(capsys):
         )
 
 
+def forced_triton(logits, bias, bias_alt, input_ids, **kwargs):
+    """Our Triton kernel, whatever the admission would pick, with packed ids."""
+    from dsv41_kernels.admission import admit
+    from dsv41_kernels.ops.moe.moe_fused_gate import TRITON
+
+    packed = torch.empty(logits.shape[0], kwargs["top_k"], dtype=torch.int32, device=logits.device)
+    weights, ids = moe_fused_gate(
+        logits,
+        bias,
+        bias_alt=bias_alt,
+        input_ids=input_ids,
+        image_token_id=IMAGE,
+        packed_out=packed,
+        admission=admit(TRITON, "forced"),
+        **kwargs,
+    )
+    return weights, ids, packed
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_equals_triton_kernel():
+    """The CUDA kernel against the Triton one, bit for bit (weights, ids, packed ids): 320
+    cases over E 32..512, T 1..16384, every routing, ties, NaN, ±inf, subnormal scores,
+    strided rows, int32/int64 ids, padding as an int and as a tensor."""
+    from dsv41_kernels.admission import admit
+    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
+
+    device = torch.device("cuda")
+    token_counts = [1, 6, 64, 256, 16384]
+    gen = torch.Generator().manual_seed(2027)
+    for index in range(320):
+        num_experts = (384, 256, 512, 32, 160)[index % 5]
+        num_tokens = token_counts[(index // 5) % 5]
+        routing = ROUTINGS[(index // 20) % 4]
+        padding = (index // 80) % 3
+        logits, bias, bias_alt, input_ids = make_case(
+            gen, num_tokens, num_experts, specials=index % 3 != 2, ties=index % 5 == 0
+        )
+        if index % 11 == 3:  # a row of scores in exp's subnormal range
+            logits[-1] = -100.0 + 12.0 * torch.rand(num_experts, generator=gen)
+        if index % 2:
+            input_ids = input_ids.int()
+        logits, bias, bias_alt, input_ids = (
+            t.to(device) for t in (logits, bias, bias_alt, input_ids)
+        )
+        if index % 7 == 4:  # a row-strided view at an odd offset, as a slice of a wider output
+            wide = torch.zeros(num_tokens, num_experts + 32, device=device)
+            wide[:, 3 : 3 + num_experts] = logits
+            logits = wide[:, 3 : 3 + num_experts]
+        limit = num_tokens - num_tokens // 4
+        padded = [None, limit, torch.tensor([limit], dtype=torch.int32, device=device)][padding]
+        no_alt = index % 13 == 7
+        alt, ids_in = (None, None) if no_alt else (bias_alt, input_ids)
+        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+        admission = moe_fused_gate_admission(
+            logits,
+            bias,
+            bias_alt=alt,
+            input_ids=ids_in,
+            top_k=routing["top_k"],
+            num_token_non_padded=padded,
+        )
+        assert admission.kernel == (CUDA if num_tokens <= CUDA_MAX_TOKENS else TRITON), admission
+        cuda = admit(CUDA, "forced", MODULE)
+        ours = run_both(logits, bias, alt, ids_in, admission=cuda, **kwargs)
+        packed = torch.empty_like(ours[1])
+        moe_fused_gate(
+            logits,
+            bias,
+            bias_alt=alt,
+            input_ids=ids_in,
+            image_token_id=IMAGE,
+            packed_out=packed,
+            admission=cuda,
+            **kwargs,
+        )
+        weights, ids, their_packed = forced_triton(logits, bias, alt, ids_in, **kwargs)
+        assert_bits_equal(ours, (weights, ids))
+        assert torch.equal(packed, their_packed), index
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_admission():
+    """The CUDA kernel takes fp32 logits with unit-stride rows and 32 M experts up to 512; the
+    rest goes to the Triton kernel."""
+    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, TRITON
+
+    logits = torch.zeros(6, 400, device="cuda")
+    bias = torch.zeros(384, device="cuda")
+    kernel = lambda x, b=bias, **kw: moe_fused_gate_admission(x, b, top_k=6, **kw).kernel
+    assert kernel(logits[:, :384]) == CUDA
+    assert kernel(logits[:, 1:385]) == CUDA  # any row start
+    assert kernel(logits[:, :384].bfloat16()) == TRITON
+    assert kernel(logits[:, :336], torch.zeros(336, device="cuda")) == TRITON  # 336 % 32
+    assert kernel(torch.zeros(6, 1024, device="cuda"), torch.zeros(1024, device="cuda")) == TRITON
+    assert kernel(logits[:, :384], bias.bfloat16()) == TRITON
+    assert kernel(torch.zeros(384, 6, device="cuda").t()) == TRITON  # column stride 6
+    assert kernel(torch.zeros(257, 384, device="cuda")) == TRITON  # more than CUDA_MAX_TOKENS
+
+
 @pytest.mark.gpu
 def test_gpu_pack_kernel_matches_reference():
     gen = torch.Generator().manual_seed(9)
@@ -497,12 +597,13 @@ def test_gpu_subnormal_scores_are_kept():
 
 
 @pytest.mark.gpu
-def test_gpu_cuda_graph_replay_reads_device_count():
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # Triton, CUDA kernel
+def test_gpu_cuda_graph_replay_reads_device_count(dtype):
     """Captured once, replayed with new logits and a new non-padded count: no host sync."""
     device = torch.device("cuda")
     gen = torch.Generator().manual_seed(10)
     logits, bias, bias_alt, input_ids = (
-        t.to(device) for t in make_case(gen, 6, 384, dtype=torch.bfloat16, specials=False)
+        t.to(device) for t in make_case(gen, 6, 384, dtype=dtype, specials=False)
     )
     count = torch.tensor([6], dtype=torch.int32, device=device)
     weights = torch.empty(6, 6, device=device)
@@ -526,7 +627,7 @@ def test_gpu_cuda_graph_replay_reads_device_count():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    new_logits = torch.randn(6, 384, generator=gen).to(device, torch.bfloat16)
+    new_logits = torch.randn(6, 384, generator=gen).to(device, dtype)
     logits.copy_(new_logits)
     count.fill_(4)
     graph.replay()

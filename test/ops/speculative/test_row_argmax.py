@@ -211,3 +211,24 @@ def test_gpu_cuda_graph_replay_with_new_data():
         x.copy_(random_logits(6, 129280, gen).cuda())
         graph.replay()
         assert torch.equal(out, torch.argmax(x, dim=-1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_gpu_one_cta_a_row_kernel(dtype):
+    """From 96 rows the CUDA argmax takes one CTA a row while the rows fit the GPU at once, else
+    clusters: both against torch.argmax at 96..384 rows, whole and partial last vectors, the
+    special rows (NaN first / middle / last, ±Inf, signed zeros, ties) spread over the batch."""
+    gen = torch.Generator().manual_seed(96)
+    for vocab in (129280, 129283, 65541, 151936):  # vocabs >= 65536: up to 384 rows admitted
+        specials = torch.stack(special_rows(vocab))
+        for rows in (96, 97, 128, 200, 264, 384):
+            values = random_logits(rows, vocab, gen)
+            picks = torch.randperm(rows, generator=gen)[: specials.shape[0]]
+            values[picks] = specials
+            # Rows of a wider buffer: 16-byte aligned starts, a partial last vector at odd vocabs.
+            wide = torch.zeros(rows, (vocab + 15) // 8 * 8, dtype=dtype, device="cuda")
+            x = wide[:, :vocab]
+            x.copy_(values)
+            assert row_argmax_admission(x).kernel == CUDA_CLUSTER
+            assert torch.equal(row_argmax(x), torch.argmax(x, dim=-1)), (vocab, rows)

@@ -6,11 +6,17 @@ takes the routing as packed ids. Packing in a second launch costs one launch per
 the router writes ``(id << 16) | bf16_bits(weight)`` from the values it already holds.
 
 Contract: :func:`moe_fused_gate` computes :func:`dsv41_kernels.reference.vision_topk` in one
-Triton launch, a program a token (scores ``sqrt(softplus(logit))`` in fp32, selection by the
+launch, a CTA or program a token (scores ``sqrt(softplus(logit))`` in fp32, selection by the
 biased score with the lowest expert id first on ties and NaN above every number, weights from
 the unbiased scores). With ``packed_out`` the same launch also writes :func:`pack_topk` of its
 own outputs, and the ids and weights are bit-identical with and without it. On sm_90+ it is a
 programmatic dependent launch, as SGLang's own router is there.
+
+Two kernels, the same bits: on sm_90+ with fp32 logits and biases and E = 32 M experts (M <=
+16), the CUDA kernel of ``sgl-kernel/csrc/moe_fused_gate.cu`` (a CTA a token, a thread an
+expert; the experts ranked into 32 sorted lists in shared memory, then one warp takes each slot
+from the lists' heads with two warp reductions and a shuffle); elsewhere (other dtypes and
+widths, the Triton interpreter) the Triton kernel below, one warp a token.
 
 Exactness: on a GPU the kernel takes exp and log1p from libdevice (the CUDA math library torch
 uses, subnormals kept), sqrt and division with IEEE rounding, no FMA contraction, and sums the
@@ -38,12 +44,13 @@ from dsv41_kernels.admission import (
     check_float,
     check_int,
     check_tensor,
+    cuda_kernel_runs,
     invalid,
     refuse,
     triton_device,
 )
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import dependent_launch, one_wave
+from dsv41_kernels.jit import dependent_launch, load_module, one_wave, sm_major
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
@@ -52,6 +59,14 @@ MAX_TOP_K = 16
 MAX_EXPERTS = 4096
 """Widest expert row the one-program-per-token kernel takes (rank keys allow 65535)."""
 TRITON = "triton"
+CUDA = "cuda"
+"""The kernel names an admission carries."""
+MODULE = "moe_fused_gate"  # sgl-kernel/csrc/moe_fused_gate.cu
+CUDA_MAX_EXPERTS = 512
+"""The CUDA kernel's widest row (a thread an expert, 32 lists of at most 16), E % 32 == 0."""
+CUDA_MAX_TOKENS = 256
+"""Past this the Triton kernel (a warp a token) is the faster on the H200 (3.44 against 4.13 us
+at 512 tokens; 3.37 against 3.06 at 256): a CTA of E threads a token fills the GPU sooner."""
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -146,6 +161,30 @@ def _validate(logits, bias, options: RouterOptions, vision: dict, outputs) -> No
             _check_output(name, t, dtype, (num_tokens, top_k))
 
 
+def _contiguous_fp32(t: torch.Tensor) -> bool:
+    return t.dtype == torch.float32 and t.is_contiguous()
+
+
+def cuda_kernel_fits(logits, bias, bias_alt, top_k) -> bool:
+    """The CUDA kernel is the one for these arguments (inputs already validated): sm_90+, fp32
+    logits with unit-stride rows, up to :data:`CUDA_MAX_TOKENS` tokens of 32 M experts up to
+    :data:`CUDA_MAX_EXPERTS`, fp32 contiguous biases, at most 16 slots. Pure: dtypes, shapes
+    and strides."""
+    num_tokens, num_experts = logits.shape
+    return (
+        logits.is_cuda
+        and sm_major(logits.device.index) >= 9
+        and logits.dtype == torch.float32
+        and num_experts % 32 == 0
+        and 32 <= num_experts <= CUDA_MAX_EXPERTS
+        and logits.stride(1) == 1
+        and num_tokens <= CUDA_MAX_TOKENS
+        and _contiguous_fp32(bias)
+        and (bias_alt is None or _contiguous_fp32(bias_alt))
+        and top_k <= MAX_TOP_K
+    )
+
+
 def _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded) -> Admission:
     device = triton_device(logits)
     if not device:
@@ -162,6 +201,9 @@ def _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded) -> Adm
         return refuse(f"{logits.shape[1]} experts > {MAX_EXPERTS}")
     if top_k > MAX_TOP_K:
         return refuse(f"top_k {top_k} > {MAX_TOP_K}")
+    cuda, note = cuda_kernel_runs(MODULE, logits, cuda_kernel_fits(logits, bias, bias_alt, top_k))
+    if cuda:
+        return admit(CUDA, f"{device.reason}, {CUDA}{note}", MODULE)
     return admit(TRITON, device.reason)
 
 
@@ -416,6 +458,30 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
         )
 
 
+def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows, outputs: dict):
+    bias_alt, input_ids = vision["bias_alt"], vision["input_ids"]
+    packed_out, out_weights, out_ids = outputs.values()
+    none = logits.new_empty(0)  # an argument the kernel does not read
+    valid_from_tensor = isinstance(valid_rows, torch.Tensor)
+    load_module(MODULE, logits.device.index or 0).moe_fused_gate_cuda(
+        logits,
+        bias,
+        none if bias_alt is None else bias_alt,
+        none if bias_alt is None else input_ids,
+        vision["image_token_id"] if bias_alt is not None else 0,
+        valid_rows.reshape(1) if valid_from_tensor else none,
+        0 if valid_from_tensor else valid_rows,
+        out_weights,
+        out_ids,
+        none if packed_out is None else packed_out,
+        options.num_shared_slots,
+        options.renormalize,
+        options.renormalize_eps,
+        options.routed_scaling_factor,
+        options.scale_on_output,
+    )
+
+
 def _validate_pack(ids, weights) -> None:
     check_tensor("ids", ids, dtypes=_INDEX_DTYPES, ndim=2)
     check_tensor("weights", weights, ndim=2)
@@ -542,5 +608,6 @@ def moe_fused_gate(
     if num_tokens:
         valid_rows = num_tokens if num_token_non_padded is None else num_token_non_padded
         outputs = {"packed_out": packed_out, "out_weights": out_weights, "out_ids": out_ids}
-        _launch(logits, bias, options, vision, valid_rows, outputs)
+        launch = _launch_cuda if admission.kernel == CUDA else _launch
+        launch(logits, bias, options, vision, valid_rows, outputs)
     return out_weights, out_ids

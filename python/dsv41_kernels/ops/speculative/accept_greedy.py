@@ -43,6 +43,10 @@ from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 MAX_DRAFT_ROWS = 64  # n: the Triton epilogue holds [bs, n] in one program's registers
 CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
+# bs x n: the cluster accept's bound since the argmax's cluster kernel took 8 rows at most (its
+# GPU tests go to 8); the argmax's CUDA kernels now take up to 384, the accept past 8 rows is
+# still the Triton one (measured 16.19 us at bs 16 and 51.93 at bs 64, docs/performance.md).
+CLUSTER_MAX_ROWS = 8
 INDEX_DTYPES = (torch.int32, torch.int64)
 VERIFY_LENS_RULE = (
     "cutoff_verify_lens[b] is read as clamp(value, 1 - n, n), in int64: SGLang passes 1..n; a "
@@ -115,7 +119,9 @@ def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
     if refusal is not None:
         return refusal
     bs, n = candidates.shape
-    cuda = rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS
+    cuda = (
+        rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS and bs * n <= CLUSTER_MAX_ROWS
+    )
     kernel = CUDA_CLUSTER if cuda else TRITON
     reason = f"one {kernel} launch, bs {bs} x n {n} (the argmax alone: {rows.reason})"
     return admit(kernel, reason, rows.module if cuda else None)

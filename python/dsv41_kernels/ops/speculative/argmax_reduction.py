@@ -4,9 +4,10 @@
 H200's 132 SMs busy while 3 MB of logits wait to be read. Both ops spread every row over the
 whole machine instead, with one of two kernels:
 
-- on Hopper and Blackwell, for up to :data:`CLUSTER_MAX_ROWS` rows, the CUDA kernels of
-  ``sgl-kernel/csrc/row_argmax.cu``: a thread-block cluster of up to 16 CTAs per row whose
-  warps send their winners into the leader CTA's shared memory (one launch, no global atomics);
+- on Hopper and Blackwell, the CUDA kernels of ``sgl-kernel/csrc/row_argmax.cu``: a
+  thread-block cluster of up to 16 CTAs per row whose warps send their winners into the leader
+  CTA's shared memory (one launch, no global atomics), and for the argmax from 96 rows, while
+  the rows fit the GPU at once, one CTA a row;
 - elsewhere (more rows, other GPUs, the Triton interpreter) a Triton kernel built from
   :func:`reduce_row_chunk`: the rows are cut into chunks, each program folds its chunk into a
   per-row slot with an atomic max, and the program drawing the last ticket runs the op's
@@ -49,7 +50,6 @@ MIN_VOCAB = 4096
 MAX_ROWS = 1024  # rows one launch may reduce: the size of the slot workspace
 EMPTY_SLOT = -(2**63)
 CLUSTER_MAX_ROW_BYTES = 16 * 256 * 16 * 16  # 16 CTAs x 256 threads x 16 items of 16 bytes
-CLUSTER_MAX_ROWS = 8  # past this the Triton kernel wins on the H200 (bench_row_argmax.py)
 MODULE = "row_argmax"  # sgl-kernel/csrc/row_argmax.cu: both ops' CUDA kernels
 
 CUDA_CLUSTER = "cuda cluster"
@@ -64,15 +64,14 @@ def max_rows(vocab: int) -> int:
 
 
 def cuda_kernel(logits: torch.Tensor) -> tuple[bool, str]:
-    """Whether the CUDA cluster kernel takes these logits (sm_90+, 16-byte aligned rows, few
-    rows, its module at hand), with the note for the admission's reason: see
+    """Whether the CUDA kernels take these logits (sm_90+, 16-byte aligned rows, its module at
+    hand), with the note for the admission's reason: see
     :func:`~dsv41_kernels.admission.cuda_kernel_runs`. Pure: shapes, strides, alignment, the
     device and the module's files."""
     return cuda_kernel_runs(
         MODULE,
         logits,
         logits.is_cuda
-        and logits.shape[0] <= CLUSTER_MAX_ROWS
         and sm_major(logits.device.index) >= 9
         and logits.shape[1] * logits.element_size() <= CLUSTER_MAX_ROW_BYTES
         and logits.data_ptr() % 16 == 0

@@ -114,7 +114,7 @@ def row_argmax(
     if not admission:
         torch.argmax(logits, dim=-1, out=out)
     elif admission.kernel == CUDA_CLUSTER:
-        cuda_module(logits.device).row_argmax_cluster(logits, out)
+        cuda_module(logits.device).row_argmax_cuda(logits, out)
     else:
         launch_triton(logits, out)
     return out
