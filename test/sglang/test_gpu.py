@@ -156,6 +156,20 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
         assert stats_relative_error(theirs, ref) <= 1e-6
 
 
+@pytest.mark.parametrize("bs", [1, 2, 16, 64])  # 6 .. 384 rows: both CUDA argmax kernels
+def test_fused_accept_tail_row_argmax(plugin, fired, bs):
+    """The fused accept tail's argmax (``dspark_verify``'s own ``_row_argmax`` binding) on the
+    GPU: equal to torch.argmax, NaN rows included (SGLang's own fused argmax is inexact on
+    NaN); from 96 rows the op's one-CTA-a-row kernel runs."""
+    from sglang.srt.speculative.dspark_components import dspark_verify
+
+    gen = torch.Generator().manual_seed(bs)
+    for nan in (False, True):
+        logits = callers.verify_logits(gen, bs, VOCAB, nan=nan).cuda()
+        assert torch.equal(dspark_verify._row_argmax(logits, fused=True), logits.argmax(-1))
+    assert fired()["accept._row_argmax"] == {"ours": 2, "sglang": {}}
+
+
 # ---------------------------------------------------------------------------------------------
 # 2. vision routing: the model's vision_topk binding, a real MoEGate
 
