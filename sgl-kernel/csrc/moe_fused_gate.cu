@@ -13,7 +13,12 @@
 //      lists come out sorted, best first, in shared memory, with no sorting pass;
 //   3. warp 0 takes the slots, lane g holding the head of list g and the entry after it: a slot
 //      is two warp reductions over the heads (the largest key, then the lowest expert holding
-//      it), one shuffle for the weight, and the winning lane moving to its next entry.
+//      it), one shuffle for the weight, and the winning lane moving to its next entry by selects.
+// Every shared-memory load is issued well before its first use. On the H200 (session 11,
+// docs/results/h200/session11/call2/logs/router_probe.log, cycles from the wait) a token took
+// ~750 for its loads and math, ~600 for the rank and ~960 for six slots; with the rank's loads
+// and the next entries behind branches, each waiting for the last, the rank took 1040 and the
+// slots 1530 (1.63 against 2.14 us a launch).
 //
 // Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
 //   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
@@ -146,22 +151,29 @@ __global__ void __launch_bounds__(kMaxExperts)
   __syncthreads();
 
   const int list = expert % kLists, member = expert / kLists;
+  // Every load before the first compare (a branch a member made each load wait for the one
+  // before); absent members read as kTaken.
+  int others[kMaxMembers];
+#pragma unroll
+  for (int j = 0; j < kMaxMembers; ++j) others[j] = j < members ? keys[list + kLists * j] : kTaken;
   int rank = 0;
 #pragma unroll
   for (int j = 0; j < kMaxMembers; ++j) {
-    if (j < members) {
-      const int other = keys[list + kLists * j];
-      rank += (other > key) | ((other == key) & (j < member));
-    }
+    rank += (others[j] > key) | ((others[j] == key) & (j < member));
   }
   lists[rank][list] = Entry{key, score, expert};
   __syncthreads();
   if (expert >= kLists) return;
 
+  // Lane g holds list g's head and the entry after it, and has the entry after that in flight:
+  // a win moves them up with selects and loads the next, first read one slot later, so no slot
+  // waits on shared memory.
   const int lane = expert;
+  const Entry taken{kTaken, 0.0f, 0};
   Entry head = lists[0][lane];
-  Entry next = members > 1 ? lists[1][lane] : Entry{kTaken, 0.0f, 0};
-  int after = 2;  // the entry to load when `next` becomes the head
+  Entry next = members > 1 ? lists[1][lane] : taken;
+  int after = 2;  // the list entry in flight
+  Entry fetched = lists[min(after, members - 1)][lane];
   int my_id = 0;
   float my_weight = 0.0f;
   float routed_sum = 0.0f;
@@ -171,11 +183,11 @@ __global__ void __launch_bounds__(kMaxExperts)
         __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
     const int owner = static_cast<int>(winner % kLists);
     const float weight = __shfl_sync(kFull, head.score, owner);
-    if (lane == owner) {
-      head = next;
-      next = after < members ? lists[after][lane] : Entry{kTaken, 0.0f, 0};
-      ++after;
-    }
+    const bool won = lane == owner;
+    head = won ? next : head;
+    next = won ? (after < members ? fetched : taken) : next;
+    after += won;
+    fetched = lists[min(after, members - 1)][lane];
     if (lane == slot) {
       my_id = static_cast<int>(winner);
       my_weight = weight;

@@ -500,7 +500,7 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
     from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
 
     device = torch.device("cuda")
-    token_counts = [1, 6, 64, 256, 16384]
+    token_counts = [1, 6, 64, 320, 16384]
     gen = torch.Generator().manual_seed(2027)
     for index in range(320):
         num_experts = (384, 256, 512, 32, 160)[index % 5]
@@ -557,7 +557,7 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
 def test_gpu_cuda_kernel_admission():
     """The CUDA kernel takes fp32 logits with unit-stride rows and 32 M experts up to 512; the
     rest goes to the Triton kernel."""
-    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, TRITON
+    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, TRITON
 
     logits = torch.zeros(6, 400, device="cuda")
     bias = torch.zeros(384, device="cuda")
@@ -569,7 +569,8 @@ def test_gpu_cuda_kernel_admission():
     assert kernel(torch.zeros(6, 1024, device="cuda"), torch.zeros(1024, device="cuda")) == TRITON
     assert kernel(logits[:, :384], bias.bfloat16()) == TRITON
     assert kernel(torch.zeros(384, 6, device="cuda").t()) == TRITON  # column stride 6
-    assert kernel(torch.zeros(257, 384, device="cuda")) == TRITON  # more than CUDA_MAX_TOKENS
+    many = torch.zeros(CUDA_MAX_TOKENS + 1, 384, device="cuda")
+    assert kernel(many) == TRITON  # more than CUDA_MAX_TOKENS
 
 
 @pytest.mark.gpu

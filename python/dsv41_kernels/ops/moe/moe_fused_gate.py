@@ -64,9 +64,11 @@ CUDA = "cuda"
 MODULE = "moe_fused_gate"  # sgl-kernel/csrc/moe_fused_gate.cu
 CUDA_MAX_EXPERTS = 512
 """The CUDA kernel's widest row (a thread an expert, 32 lists of at most 16), E % 32 == 0."""
-CUDA_MAX_TOKENS = 256
-"""Past this the Triton kernel (a warp a token) is the faster on the H200 (3.44 against 4.13 us
-at 512 tokens; 3.37 against 3.06 at 256): a CTA of E threads a token fills the GPU sooner."""
+CUDA_MAX_TOKENS = 320
+"""Past this the Triton kernel (a warp a token) is the faster on the H200: 3.66 against 3.26 us
+at 384 tokens, where the CUDA kernel took 2.42 against 3.22 at 256 and 2.81 against 3.24 at
+320 (session 11, ``docs/results/h200/session11/call3/logs/tpc_sweep.log``). More tokens a CTA
+did not help the CUDA kernel there (5.27 against 3.99 at 1024 with 4 a CTA)."""
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
