@@ -39,9 +39,9 @@ class SlowerThanSGLang:
 
 CALL_SITES_WO_A = "benchmark/call_sites.py --sites wo_a, docs/results/h200/session6"
 """The wo_a runs with the table read before the wait: ``r1`` and ``r3``."""
-CALL_SITES_ROUTER = "benchmark/call_sites.py --sites router, docs/results/h200/session10"
-"""``call3``: the router's CUDA kernel (to 256 tokens) and Triton kernel (beyond) against
-SGLang's, and ``call3/logs/bench_router.log`` for 2048 tokens."""
+CALL_SITES_ROUTER = "benchmark/call_sites.py --sites router, docs/results/h200/session11"
+"""``call4``: the router's CUDA kernel (to 320 tokens) and Triton kernel (beyond) against
+SGLang's, and ``call4/logs/bench_moe_fused_gate.log`` for 2048 tokens."""
 CALL_SITES = "benchmark/call_sites.py, docs/results/h200/session5"
 """The call-site runs of the dependent launches that let the next launch start early: ``r4``
 (the combine's final kernel)."""
@@ -50,9 +50,9 @@ SLOWER = (
         "router",
         9,
         range(1025, 1 << 31),
-        "SGLang's one-launch packed gate is faster from 2048 tokens on the H200 (6.67 against "
-        "our 8.62 us at 2048); ours wins up to 1024 (2.46 / 2.52 / 2.55 / 2.87 against 2.74 / "
-        f"2.82 / 2.89 / 3.21 at T = 1 / 6 / 64 / 256, 3.99 against 4.55 at 1024; "
+        "SGLang's one-launch packed gate is faster from 2048 tokens on the H200 (6.65 against "
+        "our 8.60 us at 2048); ours wins up to 1024 (1.93 / 1.97 / 2.02 / 2.49 against 2.72 / "
+        f"2.84 / 2.88 / 3.21 at T = 1 / 6 / 64 / 256, 3.97 against 4.55 at 1024; "
         f"{CALL_SITES_ROUTER})",
     ),
     SlowerThanSGLang(
