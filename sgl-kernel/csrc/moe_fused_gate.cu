@@ -1,13 +1,14 @@
 // DeepSeek-V4.1's vision router (sqrt-softplus scores, top-k by the biased score, image tokens
-// taking the alternate bias), one CTA a token, with the packed ids written by the same launch.
+// taking the alternate bias), with the packed ids written by the same launch. Two layouts of
+// the same arithmetic (so the same bits): a CTA a token for a few tokens, a warp a token for many.
 //
 // Why: the Triton router (moe_fused_gate.py) holds 16 values a lane of a 512-wide block for 384
 // experts in one warp, and takes each slot as three scans of all 16 plus three warp reductions;
 // on the H200 its scores and its slots each measured about 0.9 us above the 1.0 us of its loads
-// and stores (session 10, docs/results/h200/session10/call1/logs/router_probe.log). Here:
-//   1. one thread an expert scores it (the math of a value is one long dependent chain, which
-//      the CUDA math library's branches keep from interleaving within a thread) and writes its
-//      key to shared memory;
+// and stores (session 10, docs/results/h200/session10/call1/logs/router_probe.log).
+//
+// A CTA a token (moe_fused_gate_kernel):
+//   1. one thread an expert scores it and writes its key to shared memory;
 //   2. the experts are dealt to 32 lists, list g holding experts g + 32 j (j < M = E / 32), and
 //      each thread finds its rank in its list by comparing its key with the M - 1 others: the
 //      lists come out sorted, best first, in shared memory, with no sorting pass;
@@ -19,6 +20,14 @@
 // ~750 for its loads and math, ~600 for the rank and ~960 for six slots; with the rank's loads
 // and the next entries behind branches, each waiting for the last, the rank took 1040 and the
 // slots 1530 (1.63 against 2.14 us a launch).
+//
+// A warp a token (moe_fused_gate_warp_kernel): once the grid fills the GPU, the CTA layout's
+// idle warps (all but one while the slots are taken) cost SM slots (3.78 against the Triton
+// kernel's 3.46 us at 512 tokens, session 12). Here lane g holds list g in registers, scores its
+// M values as independent chains (the score is written without branches so they overlap), and
+// a slot is the same two reductions and shuffle over the lanes' best untaken entries; the
+// winner marks its entry taken and finds its next best by a tree over its registers (3.07 us at
+// 512 tokens, 3.76 at 1024 against 4.02; docs/results/h200/session12/call1/logs/warp_sweep.log).
 //
 // Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
 //   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
@@ -36,9 +45,10 @@
 // list g, j < j' means a lower expert), so the head of the lists with the largest key and the
 // lowest expert is the next slot.
 //
-// Launch: grid (T), E threads a CTA, a programmatic dependent launch (every global access after
-// the wait; a grid of one wave lets the next launch start at once), on tvm-ffi's stream for the
-// logits' device; no allocation, no host sync (CUDA-graph capturable).
+// Launch: grid (T) of E threads (a CTA a token), or grid (ceil(T / W)) of 32 W threads (a warp a
+// token, W tokens a CTA); a programmatic dependent launch (every global access after the wait;
+// a grid of one wave lets the next launch start at once), on tvm-ffi's stream for the logits'
+// device; no allocation, no host sync (CUDA-graph capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -60,6 +70,7 @@ constexpr int kLists = 32;       // one a lane of the selecting warp
 constexpr int kMaxMembers = 16;  // experts a list: E <= 512
 constexpr int kMaxExperts = kLists * kMaxMembers;
 constexpr int kMaxTopK = 16;
+constexpr int kMaxWarpTokens = 8;  // tokens a CTA of the warp layout
 constexpr float kSoftplusThreshold = 20.0f;
 constexpr int kTaken = INT_MIN;  // below every score's key: an exhausted list
 constexpr unsigned kFull = 0xFFFFFFFFu;
@@ -93,9 +104,71 @@ struct Params {
   bool one_wave;
 };
 
-// torch's softplus (identity above its threshold 20) through log1p, then an IEEE square root.
+// fp32 arithmetic with exactly the rounding written, whatever the compiler flags.
+__device__ __forceinline__ float mul_ftz(float a, float b) {
+  float d;
+  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float add_ftz(float a, float b) {
+  float d;
+  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
+__device__ __forceinline__ float rsqrt_approx(float a) {
+  float d;
+  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
+  return d;
+}
+
+// The CUDA math library's log1pf(y) (nvcc 13.0) for y = expf(x): its main path's operations,
+// and its special case (y's bits at or above +inf's) selected, not branched to.
+__device__ __forceinline__ float log1p_of_exp(float y) {
+  const int y_bits = __float_as_int(y);
+  const int exponent = (__float_as_int(__fadd_rz(y, 1.0f)) - 0x3f400000) & 0xff800000;
+  const float scale = __int_as_float(0x40800000 - exponent);
+  const float m = __fadd_rn(__int_as_float(y_bits - exponent), __fmaf_rn(scale, 0.25f, -1.0f));
+  float p = __fmaf_rn(m, -__int_as_float(0x3d39bf78), 0.10546888411045074463f);
+  p = __fmaf_rn(m, p, -0.13229703903198242188f);
+  p = __fmaf_rn(m, p, 0.14491446316242218018f);
+  p = __fmaf_rn(m, p, -0.16641564667224884033f);
+  p = __fmaf_rn(m, p, 0.19988867640495300293f);
+  p = __fmaf_rn(m, p, -0.25000196695327758789f);
+  p = __fmaf_rn(m, p, 0.33333510160446166992f);
+  p = __fmaf_rn(m, p, -0.5f);
+  const float e = __fmul_rn(__int2float_rn(exponent), 1.1920928955078125e-07f);
+  const float main = __fmaf_rn(e, 0.69314718246459960938f, __fmaf_rn(m, __fmul_rn(m, p), m));
+  const float inf = __int_as_float(0x7f800000);
+  float special = y_bits >= -0x407fffff ? __fmaf_rn(y, inf, inf) : main;
+  special = y != 0.0f ? special : -0.0f;
+  return static_cast<unsigned>(y_bits) >= 0x7f800000u ? special : main;
+}
+
+// sqrt.rn(s) as the CUDA math library computes it: its fast path on s, or on s · 2^64 for s
+// below 2^-101 (the result then · 2^-32, both exact), and its answers for ±0, +inf, negative
+// numbers and NaN, all selected.
+__device__ __forceinline__ float sqrt_rn(float s) {
+  const unsigned bits = __float_as_uint(s);
+  const bool tiny = bits < 0x0d000000u;
+  const float scaled = tiny ? __fmaf_rn(s, 18446744073709551616.0f, 0.0f) : s;
+  const float r = rsqrt_approx(scaled);
+  const float a = mul_ftz(r, scaled);
+  const float root = __fmaf_rn(__fmaf_rn(-a, a, scaled), mul_ftz(r, 0.5f), a);
+  float out = tiny ? mul_ftz(root, 2.3283064365386962891e-10f) : root;
+  out = (bits & 0x7fffffffu) == 0 || bits == 0x7f800000u ? s : out;                    // ±0, +inf
+  out = bits > 0x80000000u && bits <= 0xff800000u ? __int_as_float(0x7fffffff) : out;  // < 0
+  return (bits & 0x7fffffffu) > 0x7f800000u ? add_ftz(s, 1.0f) : out;                  // NaN
+}
+
+// torch's softplus (identity above its threshold 20) through log1p, then an IEEE square root:
+// sqrt.rn(x > 20 ? x : log1pf(expf(x))) of the CUDA math library, bit for bit for every fp32 x
+// (all 2^32 compared on the H200: docs/results/h200/session12/call1/logs/warp_sweep.log). The
+// library's log1pf and sqrt branch to their special cases, and the branches kept a thread's
+// values from interleaving (one dependent chain after another); written without branches, the
+// warp layout's 12 values a lane overlap.
 __device__ __forceinline__ float score_of(float x) {
-  return __fsqrt_rn(x > kSoftplusThreshold ? x : log1pf(expf(x)));
+  const float softplus = log1p_of_exp(expf(x));  // expf: the library's, branch-free
+  return sqrt_rn(x > kSoftplusThreshold ? x : softplus);
 }
 
 // The order-preserving integer of biased's bits (the reference's rank key without the id).
@@ -123,6 +196,28 @@ struct Entry {
   float score;
   int expert;
 };
+
+// Slot `lane` of the token's row from its routed expert and weight (lane < routed) and the
+// routed weights' sum: the shared slots, renormalization, scaling, padding rows, the stores.
+__device__ __forceinline__ void write_slot(const Params& p, int token, int lane, int64_t limit,
+                                           int id, float weight, float routed_sum) {
+  if (lane >= p.routed) {
+    id = p.experts + lane - p.routed;
+    weight = __fdiv_rn(routed_sum, p.scaling);
+  }
+  if (p.renormalize) weight = __fdiv_rn(weight, __fadd_rn(routed_sum, p.eps));
+  if (p.scale_on_output) weight = __fmul_rn(weight, p.scaling);
+  if (token >= limit) {
+    weight = 0.0f;
+    id = -1;
+  }
+  p.weights[token * p.weights_stride[0] + lane * p.weights_stride[1]] = weight;
+  p.ids[token * p.ids_out_stride[0] + lane * p.ids_out_stride[1]] = id;
+  if (p.packed != nullptr) {
+    p.packed[token * p.packed_stride[0] + lane * p.packed_stride[1]] =
+        static_cast<int32_t>(static_cast<uint32_t>(id) << 16 | bf16_bits(weight));
+  }
+}
 
 __global__ void __launch_bounds__(kMaxExperts)
     moe_fused_gate_kernel(const __grid_constant__ Params p) {
@@ -194,23 +289,99 @@ __global__ void __launch_bounds__(kMaxExperts)
     }
     routed_sum = __fadd_rn(routed_sum, weight);  // left to right in slot order
   }
-  if (lane >= p.top_k) return;
-  if (lane >= p.routed) {
-    my_id = p.experts + lane - p.routed;
-    my_weight = __fdiv_rn(routed_sum, p.scaling);
+  if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
+}
+
+// The best of a lane's list members not yet taken: the largest key, the lowest member (so the
+// lowest expert) among equal keys. A tree over fixed positions whose left half always holds the
+// lower members, so a tie keeps the left.
+template <int N>
+__device__ __forceinline__ Entry best_of(const int (&key)[N], const float (&score)[N], int lane) {
+  int k[N], j[N];
+  float v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) k[i] = key[i], j[i] = i, v[i] = score[i];
+#pragma unroll
+  for (int step = 1; step < N; step *= 2) {
+#pragma unroll
+    for (int i = 0; i + step < N; i += 2 * step) {
+      const bool right = k[i + step] > k[i];
+      k[i] = right ? k[i + step] : k[i];
+      j[i] = right ? j[i + step] : j[i];
+      v[i] = right ? v[i + step] : v[i];
+    }
   }
-  if (p.renormalize) my_weight = __fdiv_rn(my_weight, __fadd_rn(routed_sum, p.eps));
-  if (p.scale_on_output) my_weight = __fmul_rn(my_weight, p.scaling);
-  if (token >= limit) {
-    my_weight = 0.0f;
-    my_id = -1;
+  return Entry{k[0], v[0], lane + kLists * j[0]};
+}
+
+// A warp a token, blockDim.x / 32 tokens a CTA, lane g holding list g's MEMBERS experts
+// (g + 32 j) in registers; a slot as in the CTA layout, over each lane's best untaken entry.
+template <int MEMBERS>
+__global__ void __launch_bounds__(kLists* kMaxWarpTokens)
+    moe_fused_gate_warp_kernel(const __grid_constant__ Params p) {
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (p.one_wave) allow_next_grid();
+  const int lane = threadIdx.x % 32;
+  const int token = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
+  if (token >= p.tokens) return;  // whole warps
+
+  // Every global load is issued before the first use of any.
+  const float* row = p.logits + static_cast<int64_t>(token) * p.logits_stride + lane;
+  float x[MEMBERS], bias[MEMBERS];
+#pragma unroll
+  for (int j = 0; j < MEMBERS; ++j) x[j] = row[kLists * j], bias[j] = p.bias[lane + kLists * j];
+  if (p.bias_alt != nullptr) {
+    float bias_alt[MEMBERS];
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j) bias_alt[j] = p.bias_alt[lane + kLists * j];
+    if (load_int(p.input_ids, p.ids_64, token * p.ids_stride) == p.image_token_id) {
+#pragma unroll
+      for (int j = 0; j < MEMBERS; ++j) bias[j] = bias_alt[j];
+    }
   }
-  p.weights[token * p.weights_stride[0] + lane * p.weights_stride[1]] = my_weight;
-  p.ids[token * p.ids_out_stride[0] + lane * p.ids_out_stride[1]] = my_id;
-  if (p.packed != nullptr) {
-    p.packed[token * p.packed_stride[0] + lane * p.packed_stride[1]] =
-        static_cast<int32_t>(static_cast<uint32_t>(my_id) << 16 | bf16_bits(my_weight));
+  const int64_t limit =
+      p.valid_rows_ptr != nullptr ? load_int(p.valid_rows_ptr, p.valid_64, 0) : p.valid_rows;
+  int key[MEMBERS];
+  float score[MEMBERS];
+#pragma unroll
+  for (int j = 0; j < MEMBERS; ++j) {
+    score[j] = score_of(x[j]);
+    key[j] = key_of(__fadd_rn(score[j], bias[j]));
   }
+
+  Entry head = best_of(key, score, lane);
+  int my_id = 0;
+  float my_weight = 0.0f;
+  float routed_sum = 0.0f;
+  for (int slot = 0; slot < p.routed; ++slot) {
+    const int top = __reduce_max_sync(kFull, head.key);
+    const unsigned winner =
+        __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+    const float weight = __shfl_sync(kFull, head.score, static_cast<int>(winner % kLists));
+    const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j) key[j] = j == taken ? kTaken : key[j];
+    head = best_of(key, score, lane);
+    if (lane == slot) {
+      my_id = static_cast<int>(winner);
+      my_weight = weight;
+    }
+    routed_sum = __fadd_rn(routed_sum, weight);  // left to right in slot order
+  }
+  if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
+}
+
+// The warp layout's launch for `members` experts a list (its kernel is built for each count).
+template <int MEMBERS = 1>
+void launch_warp_layout(Params p, int members, int warp_tokens, cudaStream_t stream) {
+  if constexpr (MEMBERS < kMaxMembers) {
+    if (members != MEMBERS) return launch_warp_layout<MEMBERS + 1>(p, members, warp_tokens, stream);
+  }
+  const int ctas = (p.tokens + warp_tokens - 1) / warp_tokens;
+  p.one_wave = one_wave(moe_fused_gate_warp_kernel<MEMBERS>, ctas, kLists * warp_tokens);
+  launch_in_clusters("moe_fused_gate", moe_fused_gate_warp_kernel<MEMBERS>,
+                     dim3(static_cast<unsigned>(ctas)), dim3(kLists * warp_tokens), /*cluster=*/0,
+                     /*dependent=*/true, stream, p);
 }
 
 void check_output(const TensorView& t, const char* name, int64_t tokens, int64_t top_k, DType dtype,
@@ -224,12 +395,13 @@ void check_output(const TensorView& t, const char* name, int64_t tokens, int64_t
 // contiguous (bias_alt empty: none); input_ids int32/int64
 // [T] (read with bias_alt); valid_rows: a one-element int32/int64 tensor, or empty to take
 // valid_rows_value; weights fp32, ids int32 and packed int32 (empty: not written) [T, top_k],
-// any strides, top_k <= 16; 0 <= shared < top_k, top_k - shared <= E. Checked here too.
+// any strides, top_k <= 16; 0 <= shared < top_k, top_k - shared <= E. warp_tokens: 0 for a CTA
+// a token, else a warp a token and that many tokens a CTA (1..8). Checked here too.
 void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt,
                          TensorView input_ids, int64_t image_token_id, TensorView valid_rows,
                          int64_t valid_rows_value, TensorView weights, TensorView ids,
                          TensorView packed, int64_t shared, bool renormalize, double eps,
-                         double scaling, bool scale_on_output) {
+                         double scaling, bool scale_on_output, int64_t warp_tokens) {
   check_tensor(logits, "logits", {kAnySize, kAnySize}, {kFloat32}, kAnyDevice, Layout::kRows);
   const int device = logits.device().device_id;
   const int64_t tokens = logits.size(0), experts = logits.size(1);
@@ -256,6 +428,10 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
   if (shared < 0 || shared >= top_k || top_k - shared > experts) {
     TVM_FFI_THROW(ValueError) << "shared must be in [0, top_k) with top_k - shared <= E, got "
                               << shared;
+  }
+  if (warp_tokens < 0 || warp_tokens > kMaxWarpTokens) {
+    TVM_FFI_THROW(ValueError) << "warp_tokens must be in [0, " << kMaxWarpTokens << "], got "
+                              << warp_tokens;
   }
   if (tokens == 0) return;
 
@@ -289,6 +465,9 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
 
   tvm::ffi::CUDADeviceGuard guard(device);
   const cudaStream_t stream = env_stream(device);
+  if (warp_tokens > 0) {
+    return launch_warp_layout(p, p.experts / kLists, static_cast<int>(warp_tokens), stream);
+  }
   p.one_wave = one_wave(moe_fused_gate_kernel, p.tokens, p.experts);
   launch_in_clusters("moe_fused_gate", moe_fused_gate_kernel, dim3(static_cast<unsigned>(p.tokens)),
                      dim3(static_cast<unsigned>(p.experts)), /*cluster=*/0, /*dependent=*/true,

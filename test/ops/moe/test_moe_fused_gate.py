@@ -500,7 +500,7 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
     from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
 
     device = torch.device("cuda")
-    token_counts = [1, 6, 64, 320, 16384]
+    token_counts = [1, 64, 320, 700, 16384]  # CTA layout, warp layout by 4 and by 8 tokens
     gen = torch.Generator().manual_seed(2027)
     for index in range(320):
         num_experts = (384, 256, 512, 32, 160)[index % 5]
@@ -551,6 +551,16 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
         weights, ids, their_packed = forced_triton(logits, bias, alt, ids_in, **kwargs)
         assert_bits_equal(ours, (weights, ids))
         assert torch.equal(packed, their_packed), index
+
+
+def test_warp_layout_tokens_per_cta():
+    """The warp layout's CTA: the fewest warps on the busiest SM, then the larger CTA."""
+    from dsv41_kernels.ops.moe.moe_fused_gate import warp_layout_tokens_per_cta
+
+    picks = {t: warp_layout_tokens_per_cta(t, 132) for t in (257, 512, 528, 529, 1024, 1536, 2048)}
+    assert picks == {257: 4, 512: 4, 528: 4, 529: 8, 1024: 8, 1536: 4, 2048: 8}
+    assert warp_layout_tokens_per_cta(100, 1) == 4  # 100 warps on the one SM against 104
+    assert warp_layout_tokens_per_cta(5, 1) == 8
 
 
 @pytest.mark.gpu

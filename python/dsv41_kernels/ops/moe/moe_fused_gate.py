@@ -13,10 +13,12 @@ own outputs, and the ids and weights are bit-identical with and without it. On s
 programmatic dependent launch, as SGLang's own router is there.
 
 Two kernels, the same bits: on sm_90+ with fp32 logits and biases and E = 32 M experts (M <=
-16), the CUDA kernel of ``sgl-kernel/csrc/moe_fused_gate.cu`` (a CTA a token, a thread an
-expert; the experts ranked into 32 sorted lists in shared memory, then one warp takes each slot
-from the lists' heads with two warp reductions and a shuffle); elsewhere (other dtypes and
-widths, the Triton interpreter) the Triton kernel below, one warp a token.
+16) up to :data:`CUDA_MAX_TOKENS` tokens, the CUDA kernel of ``sgl-kernel/csrc/moe_fused_gate.cu``
+(to :data:`CTA_LAYOUT_MAX_TOKENS` a CTA a token, a thread an expert: the experts ranked into 32
+sorted lists in shared memory, then one warp takes each slot from the lists' heads with two warp
+reductions and a shuffle; beyond, a warp a token, each lane holding one list in registers);
+elsewhere (other dtypes and widths, more tokens, the Triton interpreter) the Triton kernel
+below, one warp a token.
 
 Exactness: on a GPU the kernel takes exp and log1p from libdevice (the CUDA math library torch
 uses, subnormals kept), sqrt and division with IEEE rounding, no FMA contraction, and sums the
@@ -50,7 +52,14 @@ from dsv41_kernels.admission import (
     triton_device,
 )
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import dependent_launch, load_module, one_wave, sm_major
+from dsv41_kernels.jit import (
+    cuda_index,
+    dependent_launch,
+    load_module,
+    multiprocessors,
+    one_wave,
+    sm_major,
+)
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
@@ -64,11 +73,15 @@ CUDA = "cuda"
 MODULE = "moe_fused_gate"  # sgl-kernel/csrc/moe_fused_gate.cu
 CUDA_MAX_EXPERTS = 512
 """The CUDA kernel's widest row (a thread an expert, 32 lists of at most 16), E % 32 == 0."""
-CUDA_MAX_TOKENS = 320
-"""Past this the Triton kernel (a warp a token) is the faster on the H200: 3.66 against 3.26 us
-at 384 tokens, where the CUDA kernel took 2.42 against 3.22 at 256 and 2.81 against 3.24 at
-320 (session 11, ``docs/results/h200/session11/call3/logs/tpc_sweep.log``). More tokens a CTA
-did not help the CUDA kernel there (5.27 against 3.99 at 1024 with 4 a CTA)."""
+CTA_LAYOUT_MAX_TOKENS = 256
+"""The CUDA kernel runs a CTA a token (a thread an expert) up to this many tokens, a warp a token
+beyond: on the H200 2.60 against 2.91 us at 256 tokens, 3.00 against 2.96 at 320, 3.85 against
+3.07 at 512 (session 12, ``docs/results/h200/session12/call1/logs/warp_sweep.log``)."""
+CUDA_MAX_TOKENS = 2048
+"""The CUDA kernel's most tokens; past it the Triton kernel (its warp layout 5.71 against 8.61
+us at 2048 tokens on the H200, session 12; the Triton kernel 8.01 at 3072, session 11)."""
+WARP_LAYOUT_TOKENS_PER_CTA = (4, 8)
+"""The warp layout's CTA sizes (tokens a CTA) to choose from (:func:`warp_layout_tokens_per_cta`)."""
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -185,6 +198,19 @@ def cuda_kernel_fits(logits, bias, bias_alt, top_k) -> bool:
         and (bias_alt is None or _contiguous_fp32(bias_alt))
         and top_k <= MAX_TOP_K
     )
+
+
+def warp_layout_tokens_per_cta(num_tokens: int, multiprocessors: int) -> int:
+    """Tokens a CTA of the CUDA kernel's warp layout: the fewest warps on the busiest SM (its
+    time follows them), then the larger CTA. On the H200 (132 SMs, session 12's sweep) this
+    picks 4 at 320 / 512 / 1536 tokens and 8 at 640 / 768 / 1024 / 2048, the faster of the two
+    at each (3.07 against 3.63 us at 512, 3.70 against 3.80 at 640, 4.78 against 5.62 at 1536)."""
+
+    def busiest(tokens_per_cta: int) -> tuple[int, int]:
+        ctas = -(-num_tokens // tokens_per_cta)
+        return tokens_per_cta * -(-ctas // multiprocessors), -tokens_per_cta
+
+    return min(WARP_LAYOUT_TOKENS_PER_CTA, key=busiest)
 
 
 def _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded) -> Admission:
@@ -460,6 +486,14 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
         )
 
 
+def _cuda_layout(logits) -> int:
+    """The CUDA kernel's ``warp_tokens``: 0 for a CTA a token, else tokens a CTA of a warp each."""
+    num_tokens = logits.shape[0]
+    if num_tokens <= CTA_LAYOUT_MAX_TOKENS:
+        return 0
+    return warp_layout_tokens_per_cta(num_tokens, multiprocessors(cuda_index(logits.device)))
+
+
 def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows, outputs: dict):
     bias_alt, input_ids = vision["bias_alt"], vision["input_ids"]
     packed_out, out_weights, out_ids = outputs.values()
@@ -481,6 +515,7 @@ def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows,
         options.renormalize_eps,
         options.routed_scaling_factor,
         options.scale_on_output,
+        _cuda_layout(logits),
     )
 
 

@@ -1,0 +1,437 @@
+// DeepSeek-V4.1's vision router (sqrt-softplus scores, top-k by the biased score, image tokens
+// taking the alternate bias), one CTA a token, with the packed ids written by the same launch.
+//
+// Why: the Triton router (moe_fused_gate.py) holds 16 values a lane of a 512-wide block for 384
+// experts in one warp, and takes each slot as three scans of all 16 plus three warp reductions;
+// on the H200 its scores and its slots each measured about 0.9 us above the 1.0 us of its loads
+// and stores (session 10, docs/results/h200/session10/call1/logs/router_probe.log). Here:
+//   1. one thread an expert scores it (the math of a value is one long dependent chain, which
+//      the CUDA math library's branches keep from interleaving within a thread) and writes its
+//      key to shared memory;
+//   2. the experts are dealt to 32 lists, list g holding experts g + 32 j (j < M = E / 32), and
+//      each thread finds its rank in its list by comparing its key with the M - 1 others: the
+//      lists come out sorted, best first, in shared memory, with no sorting pass;
+//   3. warp 0 takes the slots, lane g holding the head of list g and the entry after it: a slot
+//      is two warp reductions over the heads (the largest key, then the lowest expert holding
+//      it), one shuffle for the weight, and the winning lane moving to its next entry by selects.
+// Every shared-memory load is issued well before its first use. On the H200 (session 11,
+// docs/results/h200/session11/call2/logs/router_probe.log, cycles from the wait) a token took
+// ~750 for its loads and math, ~600 for the rank and ~960 for six slots; with the rank's loads
+// and the next entries behind branches, each waiting for the last, the rank took 1040 and the
+// slots 1530 (1.63 against 2.14 us a launch).
+//
+// Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
+//   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
+//               Triton's libdevice; no flush to zero), x = logits[t, e] (fp32);
+//   biased[e] = score[e] + (input_ids[t] == image_token_id ? bias_alt : bias)[e]  (add.rn);
+//   key[e]    = biased's bits made order-preserving (sign-magnitude to two's complement, so -0
+//               meets +0), every NaN the largest; slot s < routed = top_k - shared takes the
+//               largest key not yet taken, the lowest expert among equal keys;
+//   weight    = the slot's unbiased score; routed_sum adds them left to right in slot order;
+//   shared slots s >= routed: expert E + s - routed, weight div.rn(routed_sum, scaling);
+//   renormalize: every weight div.rn(w, routed_sum + eps); scale_on_output: mul.rn(w, scaling);
+//   rows t >= valid_rows: weight 0, id -1; packed = id << 16 | bf16_rn(weight) bits (every NaN
+//   0x7FC0).
+// E = 32 M experts, M <= 16. A list's order is the slots' order (key, then lower expert: within
+// list g, j < j' means a lower expert), so the head of the lists with the largest key and the
+// lowest expert is the next slot.
+//
+// Launch: grid (T), E threads a CTA, a programmatic dependent launch (every global access after
+// the wait; a grid of one wave lets the next launch start at once), on tvm-ffi's stream for the
+// logits' device; no allocation, no host sync (CUDA-graph capturable).
+
+#include <cuda_runtime.h>
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/cuda/device_guard.h>
+#include <tvm/ffi/function.h>
+
+#include <climits>
+#include <cstdint>
+
+#include "cluster_launch.cuh"
+#include "tensor_view.cuh"
+#include "score_math.cuh"
+
+namespace {
+
+using tvm::ffi::TensorView;
+
+constexpr int kLists = 32;       // one a lane of the selecting warp
+constexpr int kMaxMembers = 16;  // experts a list: E <= 512
+constexpr int kMaxExperts = kLists * kMaxMembers;
+constexpr int kMaxTopK = 16;
+constexpr int kMaxWarpTokens = 8;  // tokens a CTA of the warp layout
+constexpr float kSoftplusThreshold = 20.0f;
+constexpr int kTaken = INT_MIN;  // below every score's key: an exhausted list
+constexpr unsigned kFull = 0xFFFFFFFFu;
+
+struct Params {
+  const float* logits;
+  int64_t logits_stride;
+  const float* bias;
+  const float* bias_alt;  // null: every token takes bias
+  const void* input_ids;  // int32 or int64; read only with bias_alt
+  bool ids_64;
+  int64_t ids_stride;
+  int64_t image_token_id;
+  const void* valid_rows_ptr;  // a one-element int32/int64 tensor, or null: valid_rows
+  bool valid_64;
+  int64_t valid_rows;
+  float* weights;
+  int64_t weights_stride[2];
+  int32_t* ids;
+  int64_t ids_out_stride[2];
+  int32_t* packed;  // null: not written
+  int64_t packed_stride[2];
+  int tokens;
+  int top_k;
+  int routed;
+  int experts;
+  bool renormalize;
+  bool scale_on_output;
+  float eps;
+  float scaling;
+  bool one_wave;
+};
+
+// torch's softplus (identity above its threshold 20) through log1p, then an IEEE square root.
+__device__ __forceinline__ float score_of(float x) {
+  return score_straight(x);
+}
+__device__ __forceinline__ float score_library(float x) {
+  return __fsqrt_rn(x > kSoftplusThreshold ? x : log1pf(expf(x)));
+}
+
+// The order-preserving integer of biased's bits (the reference's rank key without the id).
+__device__ __forceinline__ int key_of(float biased) {
+  const int bits = __float_as_int(biased);
+  const int ordered = bits < 0 ? -(bits & 0x7FFFFFFF) : bits;
+  return biased != biased ? 0x7FFFFFFF : ordered;
+}
+
+__device__ __forceinline__ int64_t load_int(const void* base, bool is64, int64_t at) {
+  return is64 ? static_cast<const long long*>(base)[at]
+              : static_cast<int64_t>(static_cast<const int*>(base)[at]);
+}
+
+// bf16 round to nearest even on the bits, every NaN 0x7FC0 (the reference's bf16_bits).
+__device__ __forceinline__ uint32_t bf16_bits(float w) {
+  const uint32_t bits = __float_as_uint(w);
+  const uint32_t rounded = ((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16) & 0xFFFFu;
+  return w != w ? 0x7FC0u : rounded;
+}
+
+// A list entry: its key, unbiased score and expert.
+struct Entry {
+  int key;
+  float score;
+  int expert;
+};
+
+// Slot `lane` of the token's row from its routed expert and weight (lane < routed) and the
+// routed weights' sum: the shared slots, renormalization, scaling, padding rows, the stores.
+__device__ __forceinline__ void write_slot(const Params& p, int token, int lane, int64_t limit,
+                                           int id, float weight, float routed_sum) {
+  if (lane >= p.routed) {
+    id = p.experts + lane - p.routed;
+    weight = __fdiv_rn(routed_sum, p.scaling);
+  }
+  if (p.renormalize) weight = __fdiv_rn(weight, __fadd_rn(routed_sum, p.eps));
+  if (p.scale_on_output) weight = __fmul_rn(weight, p.scaling);
+  if (token >= limit) {
+    weight = 0.0f;
+    id = -1;
+  }
+  p.weights[token * p.weights_stride[0] + lane * p.weights_stride[1]] = weight;
+  p.ids[token * p.ids_out_stride[0] + lane * p.ids_out_stride[1]] = id;
+  if (p.packed != nullptr) {
+    p.packed[token * p.packed_stride[0] + lane * p.packed_stride[1]] =
+        static_cast<int32_t>(static_cast<uint32_t>(id) << 16 | bf16_bits(weight));
+  }
+}
+
+__global__ void __launch_bounds__(kMaxExperts)
+    moe_fused_gate_kernel(const __grid_constant__ Params p) {
+  __shared__ int keys[kMaxExperts];
+  __shared__ Entry lists[kMaxMembers][kLists];  // entry r of list g: lists[r][g]
+  wait_for_previous_grid();                     // a dependent launch: no global access before
+  if (p.one_wave) allow_next_grid();
+  const int token = blockIdx.x;
+  const int expert = threadIdx.x;
+  const int members = p.experts / kLists;
+
+  // Every global load is issued before the first use of any.
+  const float x = p.logits[static_cast<int64_t>(token) * p.logits_stride + expert];
+  const float bias = p.bias[expert];
+  float bias_alt = bias;
+  bool image = false;
+  if (p.bias_alt != nullptr) {
+    bias_alt = p.bias_alt[expert];
+    image = load_int(p.input_ids, p.ids_64, token * p.ids_stride) == p.image_token_id;
+  }
+  const int64_t limit =
+      p.valid_rows_ptr != nullptr ? load_int(p.valid_rows_ptr, p.valid_64, 0) : p.valid_rows;
+  const float score = score_of(x);
+  const int key = key_of(__fadd_rn(score, image ? bias_alt : bias));
+  keys[expert] = key;
+  __syncthreads();
+
+  const int list = expert % kLists, member = expert / kLists;
+  // Every load before the first compare (a branch a member made each load wait for the one
+  // before); absent members read as kTaken.
+  int others[kMaxMembers];
+#pragma unroll
+  for (int j = 0; j < kMaxMembers; ++j) others[j] = j < members ? keys[list + kLists * j] : kTaken;
+  int rank = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxMembers; ++j) {
+    rank += (others[j] > key) | ((others[j] == key) & (j < member));
+  }
+  lists[rank][list] = Entry{key, score, expert};
+  __syncthreads();
+  if (expert >= kLists) return;
+
+  // Lane g holds list g's head and the entry after it, and has the entry after that in flight:
+  // a win moves them up with selects and loads the next, first read one slot later, so no slot
+  // waits on shared memory.
+  const int lane = expert;
+  const Entry taken{kTaken, 0.0f, 0};
+  Entry head = lists[0][lane];
+  Entry next = members > 1 ? lists[1][lane] : taken;
+  int after = 2;  // the list entry in flight
+  Entry fetched = lists[min(after, members - 1)][lane];
+  int my_id = 0;
+  float my_weight = 0.0f;
+  float routed_sum = 0.0f;
+  for (int slot = 0; slot < p.routed; ++slot) {
+    const int top = __reduce_max_sync(kFull, head.key);
+    const unsigned winner =
+        __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+    const int owner = static_cast<int>(winner % kLists);
+    const float weight = __shfl_sync(kFull, head.score, owner);
+    const bool won = lane == owner;
+    head = won ? next : head;
+    next = won ? (after < members ? fetched : taken) : next;
+    after += won;
+    fetched = lists[min(after, members - 1)][lane];
+    if (lane == slot) {
+      my_id = static_cast<int>(winner);
+      my_weight = weight;
+    }
+    routed_sum = __fadd_rn(routed_sum, weight);  // left to right in slot order
+  }
+  if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
+}
+
+// The best of a lane's list members not yet taken: the largest key, the lowest member (so the
+// lowest expert) among equal keys. A tree over fixed positions whose left half always holds the
+// lower members, so a tie keeps the left.
+template <int N>
+__device__ __forceinline__ Entry best_of(const int (&key)[N], const float (&score)[N], int lane) {
+  int k[N], j[N];
+  float v[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) k[i] = key[i], j[i] = i, v[i] = score[i];
+#pragma unroll
+  for (int step = 1; step < N; step *= 2) {
+#pragma unroll
+    for (int i = 0; i + step < N; i += 2 * step) {
+      const bool right = k[i + step] > k[i];
+      k[i] = right ? k[i + step] : k[i];
+      j[i] = right ? j[i + step] : j[i];
+      v[i] = right ? v[i + step] : v[i];
+    }
+  }
+  return Entry{k[0], v[0], lane + kLists * j[0]};
+}
+
+// The warp layout (many tokens): a warp a token, blockDim.x / 32 tokens a CTA, lane g holding list g's
+// MEMBERS experts (g + 32 j) in registers. The per-CTA layout above leaves all but one warp of
+// its CTA idle while the slots are taken, which costs SM slots once the grid fills the GPU;
+// here every warp scores its own 12 values (12 independent chains) and takes its own slots: a
+// slot is the same two warp reductions and shuffle over the lanes' best untaken entries, the
+// winning lane marking its entry taken and finding its next best by a tree over its registers.
+// Same arithmetic as the per-CTA layout, so the same bits.
+template <int MEMBERS>
+__global__ void __launch_bounds__(kLists * kMaxWarpTokens)
+    moe_fused_gate_warp_kernel(const __grid_constant__ Params p) {
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (p.one_wave) allow_next_grid();
+  const int lane = threadIdx.x % 32;
+  const int token = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
+  if (token >= p.tokens) return;  // whole warps
+
+  // Every global load is issued before the first use of any.
+  const float* row = p.logits + static_cast<int64_t>(token) * p.logits_stride + lane;
+  float x[MEMBERS], bias[MEMBERS];
+#pragma unroll
+  for (int j = 0; j < MEMBERS; ++j) x[j] = row[kLists * j], bias[j] = p.bias[lane + kLists * j];
+  if (p.bias_alt != nullptr) {
+    float bias_alt[MEMBERS];
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j) bias_alt[j] = p.bias_alt[lane + kLists * j];
+    if (load_int(p.input_ids, p.ids_64, token * p.ids_stride) == p.image_token_id) {
+#pragma unroll
+      for (int j = 0; j < MEMBERS; ++j) bias[j] = bias_alt[j];
+    }
+  }
+  const int64_t limit =
+      p.valid_rows_ptr != nullptr ? load_int(p.valid_rows_ptr, p.valid_64, 0) : p.valid_rows;
+  int key[MEMBERS];
+  float score[MEMBERS];
+#pragma unroll
+  for (int j = 0; j < MEMBERS; ++j) {
+    score[j] = score_of(x[j]);
+    key[j] = key_of(__fadd_rn(score[j], bias[j]));
+  }
+
+  Entry head = best_of(key, score, lane);
+  int my_id = 0;
+  float my_weight = 0.0f;
+  float routed_sum = 0.0f;
+  for (int slot = 0; slot < p.routed; ++slot) {
+    const int top = __reduce_max_sync(kFull, head.key);
+    const unsigned winner =
+        __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+    const float weight = __shfl_sync(kFull, head.score, static_cast<int>(winner % kLists));
+    const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j) key[j] = j == taken ? kTaken : key[j];
+    head = best_of(key, score, lane);
+    if (lane == slot) {
+      my_id = static_cast<int>(winner);
+      my_weight = weight;
+    }
+    routed_sum = __fadd_rn(routed_sum, weight);  // left to right in slot order
+  }
+  if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
+}
+
+// The warp layout's launch for `members` experts a list (its kernel is built for each count).
+template <int MEMBERS = 1>
+void launch_warp_layout(Params p, int members, int warp_tokens, cudaStream_t stream) {
+  if constexpr (MEMBERS < kMaxMembers) {
+    if (members != MEMBERS) return launch_warp_layout<MEMBERS + 1>(p, members, warp_tokens, stream);
+  }
+  const int ctas = (p.tokens + warp_tokens - 1) / warp_tokens;
+  p.one_wave = one_wave(moe_fused_gate_warp_kernel<MEMBERS>, ctas, kLists * warp_tokens);
+  launch_in_clusters("moe_fused_gate", moe_fused_gate_warp_kernel<MEMBERS>,
+                     dim3(static_cast<unsigned>(ctas)), dim3(kLists * warp_tokens), /*cluster=*/0,
+                     /*dependent=*/true, stream, p);
+}
+
+void check_output(const TensorView& t, const char* name, int64_t tokens, int64_t top_k, DType dtype,
+                  int device) {
+  check_tensor(t, name, {tokens, top_k}, {dtype}, device);
+}
+
+}  // namespace
+
+// logits fp32 [T, E] (last-dim stride 1), E = 32 M with M <= 16; bias and bias_alt fp32 [E]
+// contiguous (bias_alt empty: none); input_ids int32/int64
+// [T] (read with bias_alt); valid_rows: a one-element int32/int64 tensor, or empty to take
+// valid_rows_value; weights fp32, ids int32 and packed int32 (empty: not written) [T, top_k],
+// any strides, top_k <= 16; 0 <= shared < top_k, top_k - shared <= E. warp_tokens: 0 for a CTA
+// a token, else a warp a token and that many tokens a CTA (1..8). Checked here too.
+void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt,
+                         TensorView input_ids, int64_t image_token_id, TensorView valid_rows,
+                         int64_t valid_rows_value, TensorView weights, TensorView ids,
+                         TensorView packed, int64_t shared, bool renormalize, double eps,
+                         double scaling, bool scale_on_output, int64_t warp_tokens) {
+  check_tensor(logits, "logits", {kAnySize, kAnySize}, {kFloat32}, kAnyDevice, Layout::kRows);
+  const int device = logits.device().device_id;
+  const int64_t tokens = logits.size(0), experts = logits.size(1);
+  if (experts % kLists != 0 || experts < kLists || experts > kMaxExperts || tokens > INT_MAX) {
+    TVM_FFI_THROW(ValueError) << "logits must have 32 M experts with 1 <= M <= " << kMaxMembers
+                              << " and at most 2^31 - 1 rows, got " << experts << " experts";
+  }
+  check_tensor(bias, "bias", {experts}, {kFloat32}, device, Layout::kContiguous);
+  const bool has_alt = bias_alt.numel() > 0;
+  if (has_alt) {
+    check_tensor(bias_alt, "bias_alt", {experts}, {kFloat32}, device, Layout::kContiguous);
+    check_tensor(input_ids, "input_ids", {tokens}, {kInt32, kInt64}, device);
+  }
+  const bool valid_from_tensor = valid_rows.numel() > 0;
+  if (valid_from_tensor) check_tensor(valid_rows, "valid_rows", {1}, {kInt32, kInt64}, device);
+  const int64_t top_k = weights.ndim() == 2 ? weights.size(1) : -1;
+  if (top_k < 1 || top_k > kMaxTopK) {
+    TVM_FFI_THROW(ValueError) << "weights must be [T, top_k] with 1 <= top_k <= " << kMaxTopK;
+  }
+  check_output(weights, "weights", tokens, top_k, kFloat32, device);
+  check_output(ids, "ids", tokens, top_k, kInt32, device);
+  const bool has_packed = packed.numel() > 0;
+  if (has_packed) check_output(packed, "packed", tokens, top_k, kInt32, device);
+  if (shared < 0 || shared >= top_k || top_k - shared > experts) {
+    TVM_FFI_THROW(ValueError) << "shared must be in [0, top_k) with top_k - shared <= E, got "
+                              << shared;
+  }
+  if (warp_tokens < 0 || warp_tokens > kMaxWarpTokens) {
+    TVM_FFI_THROW(ValueError) << "warp_tokens must be in [0, " << kMaxWarpTokens << "], got "
+                              << warp_tokens;
+  }
+  if (tokens == 0) return;
+
+  Params p{};
+  p.logits = data_as<const float>(logits);
+  p.logits_stride = logits.stride(0);
+  p.bias = data_as<const float>(bias);
+  p.bias_alt = has_alt ? data_as<const float>(bias_alt) : nullptr;
+  p.input_ids = has_alt ? data_as<const void>(input_ids) : nullptr;
+  p.ids_64 = has_alt && is_dtype(input_ids, kDLInt, 64);
+  p.ids_stride = has_alt ? input_ids.stride(0) : 0;
+  p.image_token_id = image_token_id;
+  p.valid_rows_ptr = valid_from_tensor ? data_as<const void>(valid_rows) : nullptr;
+  p.valid_64 = valid_from_tensor && is_dtype(valid_rows, kDLInt, 64);
+  p.valid_rows = valid_rows_value;
+  p.weights = data_as<float>(weights);
+  p.weights_stride[0] = weights.stride(0), p.weights_stride[1] = weights.stride(1);
+  p.ids = data_as<int32_t>(ids);
+  p.ids_out_stride[0] = ids.stride(0), p.ids_out_stride[1] = ids.stride(1);
+  p.packed = has_packed ? data_as<int32_t>(packed) : nullptr;
+  p.packed_stride[0] = has_packed ? packed.stride(0) : 0;
+  p.packed_stride[1] = has_packed ? packed.stride(1) : 0;
+  p.tokens = static_cast<int>(tokens);
+  p.top_k = static_cast<int>(top_k);
+  p.routed = static_cast<int>(top_k - shared);
+  p.experts = static_cast<int>(experts);
+  p.renormalize = renormalize;
+  p.scale_on_output = scale_on_output;
+  p.eps = static_cast<float>(eps);
+  p.scaling = static_cast<float>(scaling);
+
+  tvm::ffi::CUDADeviceGuard guard(device);
+  const cudaStream_t stream = env_stream(device);
+  if (warp_tokens > 0) {
+    return launch_warp_layout(p, p.experts / kLists, static_cast<int>(warp_tokens), stream);
+  }
+  p.one_wave = one_wave(moe_fused_gate_kernel, p.tokens, p.experts);
+  launch_in_clusters("moe_fused_gate", moe_fused_gate_kernel, dim3(static_cast<unsigned>(p.tokens)),
+                     dim3(static_cast<unsigned>(p.experts)), /*cluster=*/0, /*dependent=*/true,
+                     stream, p);
+}
+
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(gate_straight_cuda, moe_fused_gate_cuda);
+
+namespace {
+// Every fp32 bit pattern: score_straight against the library's score, bit for bit.
+__global__ void compare_scores_kernel(unsigned long long* bad, unsigned* first) {
+  const uint64_t stride = uint64_t{gridDim.x} * blockDim.x;
+  for (uint64_t i = uint64_t{blockIdx.x} * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32); i += stride) {
+    const float x = __uint_as_float(static_cast<unsigned>(i));
+    if (__float_as_uint(score_straight(x)) != __float_as_uint(score_library(x))) {
+      atomicAdd(bad, 1ull);
+      atomicMin(first, static_cast<unsigned>(i));
+    }
+  }
+}
+}  // namespace
+
+// bad: int64 [1] (zeroed), first: int32 [1] (0xFFFFFFFF): mismatches and the lowest mismatching bits.
+void compare_scores(TensorView bad, TensorView first) {
+  const int device = bad.device().device_id;
+  tvm::ffi::CUDADeviceGuard guard(device);
+  compare_scores_kernel<<<132 * 16, 256, 0, env_stream(device)>>>(
+      static_cast<unsigned long long*>(bad.data_ptr()), static_cast<unsigned*>(first.data_ptr()));
+}
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(compare_scores, compare_scores);
