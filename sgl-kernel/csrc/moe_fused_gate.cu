@@ -1,6 +1,7 @@
 // DeepSeek-V4.1's vision router (sqrt-softplus scores, top-k by the biased score, image tokens
-// taking the alternate bias), with the packed ids written by the same launch. Two layouts of
-// the same arithmetic (so the same bits): a CTA a token for a few tokens, a warp a token for many.
+// taking the alternate bias), with the packed ids written by the same launch. Layouts of
+// the same arithmetic (so the same bits): a CTA a token for a few tokens, 4 warps or a warp a
+// token for more.
 //
 // Why: the Triton router (moe_fused_gate.py) holds 16 values a lane of a 512-wide block for 384
 // experts in one warp, and takes each slot as three scans of all 16 plus three warp reductions;
@@ -21,13 +22,18 @@
 // and the next entries behind branches, each waiting for the last, the rank took 1040 and the
 // slots 1530 (1.63 against 2.14 us a launch).
 //
-// A warp a token (moe_fused_gate_warp_kernel): once the grid fills the GPU, the CTA layout's
-// idle warps (all but one while the slots are taken) cost SM slots (3.78 against the Triton
-// kernel's 3.46 us at 512 tokens, session 12). Here lane g holds list g in registers, scores its
-// M values as independent chains (the score is written without branches so they overlap), and
-// a slot is the same two reductions and shuffle over the lanes' best untaken entries; the
-// winner marks its entry taken and finds its next best by a tree over its registers (3.07 us at
-// 512 tokens, 3.76 at 1024 against 4.02; docs/results/h200/session12/call1/logs/warp_sweep.log).
+// The list layouts (moe_fused_gate_list_kernel): once there are more tokens than SMs, the CTA
+// layout's idle warps (all but one while the slots are taken) cost SM slots (3.84 against the
+// Triton kernel's 3.41 us at 384 tokens on the H200, session 12). Here the lanes of W warps
+// score a token's members (lane g of warp w: members w + W i of list g, as independent chains;
+// the score is written without branches so they overlap), then warp 0 holds every list in
+// registers (lane g: list g, through shared memory when W > 1) and takes the slots: the same two
+// reductions and shuffle over the lanes' best untaken entries, the winner marking its entry
+// taken and finding its next best by a tree over its registers. W = 4 (one token a CTA) from
+// one token an SM, W = 1 (a warp a token, 4 or 8 tokens a CTA) once a CTA of each token would
+// crowd the SMs (session 12, docs/results/h200/session12/call3/logs/list_sweep.log: 2.59 / 2.77
+// / 3.27 us at 320 / 512 / 640 tokens with W = 4, 3.78 at 1024 with W = 1, against the Triton
+// kernel's 3.40 / 3.45 / 3.94 / 4.08).
 //
 // Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
 //   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
@@ -45,10 +51,11 @@
 // list g, j < j' means a lower expert), so the head of the lists with the largest key and the
 // lowest expert is the next slot.
 //
-// Launch: grid (T) of E threads (a CTA a token), or grid (ceil(T / W)) of 32 W threads (a warp a
-// token, W tokens a CTA); a programmatic dependent launch (every global access after the wait;
-// a grid of one wave lets the next launch start at once), on tvm-ffi's stream for the logits'
-// device; no allocation, no host sync (CUDA-graph capturable).
+// Launch: grid (T) of E threads (a CTA a token), grid (T) of 128 threads (4 warps a token), or
+// grid (ceil(T / n)) of 32 n threads (a warp a token, n tokens a CTA); a programmatic dependent
+// launch (every global access after the wait; a grid of one wave lets the next launch start at
+// once), on tvm-ffi's stream for the logits' device; no allocation, no host sync (CUDA-graph
+// capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -71,6 +78,7 @@ constexpr int kMaxMembers = 16;  // experts a list: E <= 512
 constexpr int kMaxExperts = kLists * kMaxMembers;
 constexpr int kMaxTopK = 16;
 constexpr int kMaxWarpTokens = 8;  // tokens a CTA of the warp layout
+constexpr int kListWarps = 4;      // warps a token of the list layout
 constexpr float kSoftplusThreshold = 20.0f;
 constexpr int kTaken = INT_MIN;  // below every score's key: an exhausted list
 constexpr unsigned kFull = 0xFFFFFFFFu;
@@ -314,41 +322,13 @@ __device__ __forceinline__ Entry best_of(const int (&key)[N], const float (&scor
   return Entry{k[0], v[0], lane + kLists * j[0]};
 }
 
-// A warp a token, blockDim.x / 32 tokens a CTA, lane g holding list g's MEMBERS experts
-// (g + 32 j) in registers; a slot as in the CTA layout, over each lane's best untaken entry.
+// Takes the slots from the lists in registers (lane g: list g's members, MEMBERS of them) and
+// writes the token's row: a slot is the same two reductions and shuffle as in the CTA layout,
+// over each lane's best untaken entry; the winner marks its entry taken and finds its next best
+// by a tree over its registers.
 template <int MEMBERS>
-__global__ void __launch_bounds__(kLists* kMaxWarpTokens)
-    moe_fused_gate_warp_kernel(const __grid_constant__ Params p) {
-  wait_for_previous_grid();  // a dependent launch: no global access before
-  if (p.one_wave) allow_next_grid();
-  const int lane = threadIdx.x % 32;
-  const int token = static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
-  if (token >= p.tokens) return;  // whole warps
-
-  // Every global load is issued before the first use of any.
-  const float* row = p.logits + static_cast<int64_t>(token) * p.logits_stride + lane;
-  float x[MEMBERS], bias[MEMBERS];
-#pragma unroll
-  for (int j = 0; j < MEMBERS; ++j) x[j] = row[kLists * j], bias[j] = p.bias[lane + kLists * j];
-  if (p.bias_alt != nullptr) {
-    float bias_alt[MEMBERS];
-#pragma unroll
-    for (int j = 0; j < MEMBERS; ++j) bias_alt[j] = p.bias_alt[lane + kLists * j];
-    if (load_int(p.input_ids, p.ids_64, token * p.ids_stride) == p.image_token_id) {
-#pragma unroll
-      for (int j = 0; j < MEMBERS; ++j) bias[j] = bias_alt[j];
-    }
-  }
-  const int64_t limit =
-      p.valid_rows_ptr != nullptr ? load_int(p.valid_rows_ptr, p.valid_64, 0) : p.valid_rows;
-  int key[MEMBERS];
-  float score[MEMBERS];
-#pragma unroll
-  for (int j = 0; j < MEMBERS; ++j) {
-    score[j] = score_of(x[j]);
-    key[j] = key_of(__fadd_rn(score[j], bias[j]));
-  }
-
+__device__ __forceinline__ void take_slots(const Params& p, int token, int lane, int64_t limit,
+                                           int (&key)[MEMBERS], const float (&score)[MEMBERS]) {
   Entry head = best_of(key, score, lane);
   int my_id = 0;
   float my_weight = 0.0f;
@@ -358,10 +338,12 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
     const unsigned winner =
         __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
     const float weight = __shfl_sync(kFull, head.score, static_cast<int>(winner % kLists));
-    const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
+    if (slot + 1 < p.routed) {  // the winner's next best (none after the last slot)
+      const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
 #pragma unroll
-    for (int j = 0; j < MEMBERS; ++j) key[j] = j == taken ? kTaken : key[j];
-    head = best_of(key, score, lane);
+      for (int j = 0; j < MEMBERS; ++j) key[j] = j == taken ? kTaken : key[j];
+      head = best_of(key, score, lane);
+    }
     if (lane == slot) {
       my_id = static_cast<int>(winner);
       my_weight = weight;
@@ -371,17 +353,92 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
   if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
 }
 
-// The warp layout's launch for `members` experts a list (its kernel is built for each count).
-template <int MEMBERS = 1>
-void launch_warp_layout(Params p, int members, int warp_tokens, cudaStream_t stream) {
-  if constexpr (MEMBERS < kMaxMembers) {
-    if (members != MEMBERS) return launch_warp_layout<MEMBERS + 1>(p, members, warp_tokens, stream);
+// The list layouts: WARPS warps a token, thread (w, g) scoring members w + WARPS i of list g,
+// then warp 0 holding every list in registers (through shared memory when WARPS > 1) takes the
+// slots. WARPS == 1: a warp a token, blockDim.x / 32 tokens a CTA; else one token a CTA.
+template <int MEMBERS, int WARPS>
+__global__ void __launch_bounds__(kLists* kMaxWarpTokens)
+    moe_fused_gate_list_kernel(const __grid_constant__ Params p) {
+  constexpr int kPerThread = (MEMBERS + WARPS - 1) / WARPS;
+  constexpr int kShared = WARPS > 1 ? MEMBERS : 1;
+  __shared__ int shared_keys[kShared][kLists];
+  __shared__ float shared_scores[kShared][kLists];
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (p.one_wave) allow_next_grid();
+  const int lane = threadIdx.x % 32;
+  const int warp = WARPS > 1 ? static_cast<int>(threadIdx.x / 32) : 0;
+  const int token = WARPS > 1 ? static_cast<int>(blockIdx.x)
+                              : static_cast<int>((blockIdx.x * blockDim.x + threadIdx.x) / 32);
+  if (token >= p.tokens) return;  // whole warps
+
+  // Every global load is issued before the first use of any.
+  const float* row = p.logits + static_cast<int64_t>(token) * p.logits_stride + lane;
+  float x[kPerThread], bias[kPerThread];
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int j = warp + WARPS * i;
+    x[i] = j < MEMBERS ? row[kLists * j] : 0.0f;
+    bias[i] = j < MEMBERS ? p.bias[lane + kLists * j] : 0.0f;
   }
-  const int ctas = (p.tokens + warp_tokens - 1) / warp_tokens;
-  p.one_wave = one_wave(moe_fused_gate_warp_kernel<MEMBERS>, ctas, kLists * warp_tokens);
-  launch_in_clusters("moe_fused_gate", moe_fused_gate_warp_kernel<MEMBERS>,
-                     dim3(static_cast<unsigned>(ctas)), dim3(kLists * warp_tokens), /*cluster=*/0,
-                     /*dependent=*/true, stream, p);
+  if (p.bias_alt != nullptr) {
+    float bias_alt[kPerThread];
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int j = warp + WARPS * i;
+      bias_alt[i] = j < MEMBERS ? p.bias_alt[lane + kLists * j] : 0.0f;
+    }
+    if (load_int(p.input_ids, p.ids_64, token * p.ids_stride) == p.image_token_id) {
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) bias[i] = bias_alt[i];
+    }
+  }
+  const int64_t limit =
+      p.valid_rows_ptr != nullptr ? load_int(p.valid_rows_ptr, p.valid_64, 0) : p.valid_rows;
+  int key[MEMBERS];
+  float score[MEMBERS];
+  if constexpr (WARPS == 1) {
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j) {
+      score[j] = score_of(x[j]);
+      key[j] = key_of(__fadd_rn(score[j], bias[j]));
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int j = warp + WARPS * i;
+      const float value = score_of(x[i]);
+      if (j < MEMBERS) {
+        shared_keys[j][lane] = key_of(__fadd_rn(value, bias[i]));
+        shared_scores[j][lane] = value;
+      }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int j = 0; j < MEMBERS; ++j)
+      key[j] = shared_keys[j][lane], score[j] = shared_scores[j][lane];
+  }
+  take_slots(p, token, lane, limit, key, score);
+}
+
+// The list layouts' launch for `members` experts a list (their kernels are built for each count).
+template <int MEMBERS = 1>
+void launch_list_layout(Params p, int members, int warps, int tokens_per_cta, cudaStream_t stream) {
+  if constexpr (MEMBERS < kMaxMembers) {
+    if (members != MEMBERS) {
+      return launch_list_layout<MEMBERS + 1>(p, members, warps, tokens_per_cta, stream);
+    }
+  }
+  auto launch = [&](auto kernel, int ctas, int threads) {
+    p.one_wave = one_wave(kernel, ctas, threads);
+    launch_in_clusters("moe_fused_gate", kernel, dim3(static_cast<unsigned>(ctas)), dim3(threads),
+                       /*cluster=*/0, /*dependent=*/true, stream, p);
+  };
+  if (warps == 1) {
+    return launch(moe_fused_gate_list_kernel<MEMBERS, 1>,
+                  (p.tokens + tokens_per_cta - 1) / tokens_per_cta, kLists * tokens_per_cta);
+  }
+  launch(moe_fused_gate_list_kernel<MEMBERS, kListWarps>, p.tokens, kLists * kListWarps);
 }
 
 void check_output(const TensorView& t, const char* name, int64_t tokens, int64_t top_k, DType dtype,
@@ -395,13 +452,15 @@ void check_output(const TensorView& t, const char* name, int64_t tokens, int64_t
 // contiguous (bias_alt empty: none); input_ids int32/int64
 // [T] (read with bias_alt); valid_rows: a one-element int32/int64 tensor, or empty to take
 // valid_rows_value; weights fp32, ids int32 and packed int32 (empty: not written) [T, top_k],
-// any strides, top_k <= 16; 0 <= shared < top_k, top_k - shared <= E. warp_tokens: 0 for a CTA
-// a token, else a warp a token and that many tokens a CTA (1..8). Checked here too.
+// any strides, top_k <= 16; 0 <= shared < top_k, top_k - shared <= E. The layout: warps 0, a CTA
+// a token (a thread an expert); 4, the list layout (4 warps a token); 1, a warp a token and
+// tokens_per_cta (1..8) of them a CTA (else tokens_per_cta 1). Checked here too.
 void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt,
                          TensorView input_ids, int64_t image_token_id, TensorView valid_rows,
                          int64_t valid_rows_value, TensorView weights, TensorView ids,
                          TensorView packed, int64_t shared, bool renormalize, double eps,
-                         double scaling, bool scale_on_output, int64_t warp_tokens) {
+                         double scaling, bool scale_on_output, int64_t warps,
+                         int64_t tokens_per_cta) {
   check_tensor(logits, "logits", {kAnySize, kAnySize}, {kFloat32}, kAnyDevice, Layout::kRows);
   const int device = logits.device().device_id;
   const int64_t tokens = logits.size(0), experts = logits.size(1);
@@ -429,9 +488,12 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
     TVM_FFI_THROW(ValueError) << "shared must be in [0, top_k) with top_k - shared <= E, got "
                               << shared;
   }
-  if (warp_tokens < 0 || warp_tokens > kMaxWarpTokens) {
-    TVM_FFI_THROW(ValueError) << "warp_tokens must be in [0, " << kMaxWarpTokens << "], got "
-                              << warp_tokens;
+  if (!(warps == 0 || warps == 1 || warps == kListWarps)) {
+    TVM_FFI_THROW(ValueError) << "warps must be 0, 1 or " << kListWarps << ", got " << warps;
+  }
+  if (tokens_per_cta < 1 || tokens_per_cta > (warps == 1 ? kMaxWarpTokens : 1)) {
+    TVM_FFI_THROW(ValueError) << "tokens_per_cta must be 1, or 1.." << kMaxWarpTokens
+                              << " with warps 1, got " << tokens_per_cta;
   }
   if (tokens == 0) return;
 
@@ -465,8 +527,9 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
 
   tvm::ffi::CUDADeviceGuard guard(device);
   const cudaStream_t stream = env_stream(device);
-  if (warp_tokens > 0) {
-    return launch_warp_layout(p, p.experts / kLists, static_cast<int>(warp_tokens), stream);
+  if (warps > 0) {
+    return launch_list_layout(p, p.experts / kLists, static_cast<int>(warps),
+                              static_cast<int>(tokens_per_cta), stream);
   }
   p.one_wave = one_wave(moe_fused_gate_kernel, p.tokens, p.experts);
   launch_in_clusters("moe_fused_gate", moe_fused_gate_kernel, dim3(static_cast<unsigned>(p.tokens)),

@@ -500,11 +500,12 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
     from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
 
     device = torch.device("cuda")
-    token_counts = [1, 64, 320, 700, 16384]  # CTA layout, warp layout by 4 and by 8 tokens
+    # the CTA layout, the list layout, the warp layout by 8 and by 4 tokens a CTA
+    token_counts = [1, 64, 320, 700, 1536, 16384]
     gen = torch.Generator().manual_seed(2027)
     for index in range(320):
         num_experts = (384, 256, 512, 32, 160)[index % 5]
-        num_tokens = token_counts[(index // 5) % 5]
+        num_tokens = token_counts[(index // 5) % 6]
         routing = ROUTINGS[(index // 20) % 4]
         padding = (index // 80) % 3
         logits, bias, bias_alt, input_ids = make_case(
@@ -553,10 +554,21 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
         assert torch.equal(packed, their_packed), index
 
 
-def test_warp_layout_tokens_per_cta():
-    """The warp layout's CTA: the fewest warps on the busiest SM, then the larger CTA."""
-    from dsv41_kernels.ops.moe.moe_fused_gate import warp_layout_tokens_per_cta
+def test_cuda_layout():
+    """The CUDA kernel's layout by tokens an SM; the warp layout's CTA: the fewest warps on the
+    busiest SM, then the larger CTA."""
+    from dsv41_kernels.ops.moe.moe_fused_gate import cuda_layout, warp_layout_tokens_per_cta
 
+    layouts = {t: cuda_layout(t, 132) for t in (1, 132, 133, 660, 661, 1536, 2048)}
+    assert layouts == {
+        1: (0, 1),  # a CTA a token
+        132: (0, 1),
+        133: (4, 1),  # 4 warps a token
+        660: (4, 1),
+        661: (1, 8),  # a warp a token, 8 a CTA
+        1536: (1, 4),
+        2048: (1, 8),
+    }
     picks = {t: warp_layout_tokens_per_cta(t, 132) for t in (257, 512, 528, 529, 1024, 1536, 2048)}
     assert picks == {257: 4, 512: 4, 528: 4, 529: 8, 1024: 8, 1536: 4, 2048: 8}
     assert warp_layout_tokens_per_cta(100, 1) == 4  # 100 warps on the one SM against 104
@@ -581,6 +593,21 @@ def test_gpu_cuda_kernel_admission():
     assert kernel(torch.zeros(384, 6, device="cuda").t()) == TRITON  # column stride 6
     many = torch.zeros(CUDA_MAX_TOKENS + 1, 384, device="cuda")
     assert kernel(many) == TRITON  # more than CUDA_MAX_TOKENS
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_refuses_an_unknown_layout():
+    from dsv41_kernels.jit import load_module
+    from dsv41_kernels.ops.moe.moe_fused_gate import MODULE
+
+    logits, bias = torch.zeros(6, 384, device="cuda"), torch.zeros(384, device="cuda")
+    weights, ids = torch.empty(6, 6, device="cuda"), torch.empty(6, 6, dtype=torch.int32).cuda()
+    none = torch.empty(0, device="cuda")
+    run = load_module(MODULE, 0).moe_fused_gate_cuda
+    args = (logits, bias, none, none, 0, none, 6, weights, ids, none, 0, True, 1e-20, 1.0, False)
+    for warps, tokens_per_cta, named in ((3, 1, "warps"), (4, 2, "tokens_per_cta"), (1, 9, "tokens_per_cta")):
+        with pytest.raises(ValueError, match=named):
+            run(*args, warps, tokens_per_cta)
 
 
 @pytest.mark.gpu

@@ -14,9 +14,10 @@ programmatic dependent launch, as SGLang's own router is there.
 
 Two kernels, the same bits: on sm_90+ with fp32 logits and biases and E = 32 M experts (M <=
 16) up to :data:`CUDA_MAX_TOKENS` tokens, the CUDA kernel of ``sgl-kernel/csrc/moe_fused_gate.cu``
-(to :data:`CTA_LAYOUT_MAX_TOKENS` a CTA a token, a thread an expert: the experts ranked into 32
-sorted lists in shared memory, then one warp takes each slot from the lists' heads with two warp
-reductions and a shuffle; beyond, a warp a token, each lane holding one list in registers);
+(:func:`cuda_layout`: up to one token an SM a CTA a token, a thread an expert, the experts
+ranked into 32 sorted lists in shared memory, then one warp takes each slot from the lists'
+heads with two warp reductions and a shuffle; beyond, 4 warps or one warp a token, one warp
+taking the slots from the lists in its registers);
 elsewhere (other dtypes and widths, more tokens, the Triton interpreter) the Triton kernel
 below, one warp a token.
 
@@ -73,15 +74,21 @@ CUDA = "cuda"
 MODULE = "moe_fused_gate"  # sgl-kernel/csrc/moe_fused_gate.cu
 CUDA_MAX_EXPERTS = 512
 """The CUDA kernel's widest row (a thread an expert, 32 lists of at most 16), E % 32 == 0."""
-CTA_LAYOUT_MAX_TOKENS = 256
-"""The CUDA kernel runs a CTA a token (a thread an expert) up to this many tokens, a warp a token
-beyond: on the H200 2.60 against 2.91 us at 256 tokens, 3.00 against 2.96 at 320, 3.85 against
-3.07 at 512 (session 12, ``docs/results/h200/session12/call1/logs/warp_sweep.log``)."""
 CUDA_MAX_TOKENS = 2048
-"""The CUDA kernel's most tokens; past it the Triton kernel (its warp layout 5.71 against 8.61
-us at 2048 tokens on the H200, session 12; the Triton kernel 8.01 at 3072, session 11)."""
+"""The CUDA kernel's most tokens; past it the Triton kernel (on the H200 the CUDA kernel's warp
+layout took 5.79 against 8.72 us at 2048 tokens, session 12; the Triton kernel 8.01 at 3072,
+session 11)."""
+CTA_LAYOUT_TOKENS_PER_SM = 1
+LIST_LAYOUT_TOKENS_PER_SM = 5
+"""The CUDA kernel's layouts, by tokens per SM (:func:`cuda_layout`): a CTA a token (a thread an
+expert) up to one token an SM, 4 warps a token up to five, a warp a token beyond. On the H200
+(132 SMs; session 12, ``docs/results/h200/session12/call3/logs/list_sweep.log``) the CTA layout
+took 2.16 against 2.43 us at 128 tokens, the list layout 2.51 against 2.60 at 256 and 3.27
+against 3.65 (the warp layout) at 640, the warp layout 3.78 against 4.45 at 1024."""
 WARP_LAYOUT_TOKENS_PER_CTA = (4, 8)
 """The warp layout's CTA sizes (tokens a CTA) to choose from (:func:`warp_layout_tokens_per_cta`)."""
+CTA_LAYOUT, LIST_LAYOUT, WARP_LAYOUT = 0, 4, 1
+"""The CUDA kernel's ``warps`` argument: 0 for a CTA a token, else warps a token."""
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -486,12 +493,14 @@ def _launch(logits, bias, options: RouterOptions, vision: dict, valid_rows, outp
         )
 
 
-def _cuda_layout(logits) -> int:
-    """The CUDA kernel's ``warp_tokens``: 0 for a CTA a token, else tokens a CTA of a warp each."""
-    num_tokens = logits.shape[0]
-    if num_tokens <= CTA_LAYOUT_MAX_TOKENS:
-        return 0
-    return warp_layout_tokens_per_cta(num_tokens, multiprocessors(cuda_index(logits.device)))
+def cuda_layout(num_tokens: int, multiprocessors: int) -> tuple[int, int]:
+    """The CUDA kernel's ``(warps, tokens_per_cta)`` for ``num_tokens`` on a GPU of
+    ``multiprocessors`` SMs (:data:`LIST_LAYOUT_TOKENS_PER_SM`)."""
+    if num_tokens <= CTA_LAYOUT_TOKENS_PER_SM * multiprocessors:
+        return CTA_LAYOUT, 1
+    if num_tokens <= LIST_LAYOUT_TOKENS_PER_SM * multiprocessors:
+        return LIST_LAYOUT, 1
+    return WARP_LAYOUT, warp_layout_tokens_per_cta(num_tokens, multiprocessors)
 
 
 def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows, outputs: dict):
@@ -515,7 +524,7 @@ def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows,
         options.renormalize_eps,
         options.routed_scaling_factor,
         options.scale_on_output,
-        _cuda_layout(logits),
+        *cuda_layout(logits.shape[0], multiprocessors(cuda_index(logits.device))),
     )
 
 
