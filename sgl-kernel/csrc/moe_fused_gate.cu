@@ -227,6 +227,12 @@ __device__ __forceinline__ void write_slot(const Params& p, int token, int lane,
   }
 }
 
+// A slot's expert: of the lanes' heads, the largest key, then the lowest expert holding it.
+__device__ __forceinline__ unsigned slot_winner(const Entry& head) {
+  const int top = __reduce_max_sync(kFull, head.key);
+  return __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+}
+
 __global__ void __launch_bounds__(kMaxExperts)
     moe_fused_gate_kernel(const __grid_constant__ Params p) {
   __shared__ int keys[kMaxExperts];
@@ -281,9 +287,7 @@ __global__ void __launch_bounds__(kMaxExperts)
   float my_weight = 0.0f;
   float routed_sum = 0.0f;
   for (int slot = 0; slot < p.routed; ++slot) {
-    const int top = __reduce_max_sync(kFull, head.key);
-    const unsigned winner =
-        __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+    const unsigned winner = slot_winner(head);
     const int owner = static_cast<int>(winner % kLists);
     const float weight = __shfl_sync(kFull, head.score, owner);
     const bool won = lane == owner;
@@ -334,9 +338,7 @@ __device__ __forceinline__ void take_slots(const Params& p, int token, int lane,
   float my_weight = 0.0f;
   float routed_sum = 0.0f;
   for (int slot = 0; slot < p.routed; ++slot) {
-    const int top = __reduce_max_sync(kFull, head.key);
-    const unsigned winner =
-        __reduce_min_sync(kFull, head.key == top ? static_cast<unsigned>(head.expert) : ~0u);
+    const unsigned winner = slot_winner(head);
     const float weight = __shfl_sync(kFull, head.score, static_cast<int>(winner % kLists));
     if (slot + 1 < p.routed) {  // the winner's next best (none after the last slot)
       const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
