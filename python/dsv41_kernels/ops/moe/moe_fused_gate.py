@@ -21,10 +21,11 @@ taking the slots from the lists in its registers);
 elsewhere (other dtypes and widths, more tokens, the Triton interpreter) the Triton kernel
 below, one warp a token.
 
-Exactness: on a GPU the kernel takes exp and log1p from libdevice (the CUDA math library torch
-uses, subnormals kept), sqrt and division with IEEE rounding, no FMA contraction, and sums the
-routed weights in selection order as the reference does, so it is built to equal the torch
-reference bit for bit. The stated bound: ids equal except where two biased scores lie within
+Exactness: on a GPU the kernels take exp and log1p from libdevice (the CUDA math library torch
+uses, subnormals kept; the CUDA kernel writes log1p and sqrt as that library computes them,
+without its branches, equal for all 2^32 fp32 inputs on the H200), sqrt and division with IEEE
+rounding, no FMA contraction, and sums the routed weights in selection order as the reference
+does, so it is built to equal the torch reference bit for bit. The stated bound: ids equal except where two biased scores lie within
 one fp32 ulp at the selection boundary, weights within 2 fp32 ulp. Under the Triton interpreter
 exp and log1p come from numpy (float64, then rounded) and the scores may sit 1 ulp from torch's
 CPU ones (whose sqrt is not always correctly rounded either); given equal scores every later
@@ -209,9 +210,10 @@ def cuda_kernel_fits(logits, bias, bias_alt, top_k) -> bool:
 
 def warp_layout_tokens_per_cta(num_tokens: int, multiprocessors: int) -> int:
     """Tokens a CTA of the CUDA kernel's warp layout: the fewest warps on the busiest SM (its
-    time follows them), then the larger CTA. On the H200 (132 SMs, session 12's sweep) this
-    picks 4 at 320 / 512 / 1536 tokens and 8 at 640 / 768 / 1024 / 2048, the faster of the two
-    at each (3.07 against 3.63 us at 512, 3.70 against 3.80 at 640, 4.78 against 5.62 at 1536)."""
+    time follows them), then the larger CTA. On the H200 (132 SMs, session 12,
+    ``docs/results/h200/session12/call1/logs/warp_sweep.log``) this picks 4 at 320 / 512 / 1536
+    tokens and 8 at 640 / 768 / 1024 / 2048, the faster of the two at each (3.07 against 3.63 us
+    at 512, 3.70 against 3.80 at 640, 4.78 against 5.62 at 1536)."""
 
     def busiest(tokens_per_cta: int) -> tuple[int, int]:
         ctas = -(-num_tokens // tokens_per_cta)
