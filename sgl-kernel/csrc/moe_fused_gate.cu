@@ -22,18 +22,19 @@
 // and the next entries behind branches, each waiting for the last, the rank took 1040 and the
 // slots 1530 (1.63 against 2.14 us a launch).
 //
-// The list layouts (moe_fused_gate_list_kernel): once there are more tokens than SMs, the CTA
+// The list kernel (moe_fused_gate_list_kernel) in two layouts, the list layout (W = 4 warps a
+// token) and the warp layout (W = 1): once there are more tokens than SMs, the CTA
 // layout's idle warps (all but one while the slots are taken) cost SM slots (3.84 against the
 // Triton kernel's 3.41 us at 384 tokens on the H200, session 12). Here the lanes of W warps
 // score a token's members (lane g of warp w: members w + W i of list g, as independent chains;
 // the score is written without branches so they overlap), then warp 0 holds every list in
 // registers (lane g: list g, through shared memory when W > 1) and takes the slots: the same two
 // reductions and shuffle over the lanes' best untaken entries, the winner marking its entry
-// taken and finding its next best by a tree over its registers. W = 4 (one token a CTA) from
-// one token an SM, W = 1 (a warp a token, 4 or 8 tokens a CTA) once a CTA of each token would
-// crowd the SMs (session 12, docs/results/h200/session12/call3/logs/list_sweep.log: 2.59 / 2.77
-// / 3.27 us at 320 / 512 / 640 tokens with W = 4, 3.78 at 1024 with W = 1, against the Triton
-// kernel's 3.40 / 3.45 / 3.94 / 4.08).
+// taken and finding its next best by a tree over its registers. The list layout (one token a
+// CTA) from one token an SM, the warp layout (4 or 8 tokens a CTA) once a CTA of each token
+// would crowd the SMs (session 12, docs/results/h200/session12/call3/logs/list_sweep.log: 2.59
+// / 2.77 / 3.27 us at 320 / 512 / 640 tokens with W = 4, 3.78 at 1024 with W = 1, against the
+// Triton kernel's 3.40 / 3.45 / 3.94 / 4.08).
 //
 // Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
 //   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
@@ -79,6 +80,7 @@ constexpr int kMaxExperts = kLists * kMaxMembers;
 constexpr int kMaxTopK = 16;
 constexpr int kMaxWarpTokens = 8;  // tokens a CTA of the warp layout
 constexpr int kListWarps = 4;      // warps a token of the list layout
+constexpr int64_t kMaxWarpLayoutTokens = (int64_t{1} << 32) / kLists - kLists * kMaxWarpTokens;
 constexpr float kSoftplusThreshold = 20.0f;
 constexpr int kTaken = INT_MIN;  // below every score's key: an exhausted list
 constexpr unsigned kFull = 0xFFFFFFFFu;
@@ -496,6 +498,10 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
   if (tokens_per_cta < 1 || tokens_per_cta > (warps == 1 ? kMaxWarpTokens : 1)) {
     TVM_FFI_THROW(ValueError) << "tokens_per_cta must be 1, or 1.." << kMaxWarpTokens
                               << " with warps 1, got " << tokens_per_cta;
+  }
+  if (warps == 1 && tokens > kMaxWarpLayoutTokens) {  // its thread index is 32-bit
+    TVM_FFI_THROW(ValueError) << "logits: the warp layout (warps 1) takes at most "
+                              << kMaxWarpLayoutTokens << " rows, got " << tokens;
   }
   if (tokens == 0) return;
 

@@ -500,7 +500,8 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
     from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
 
     device = torch.device("cuda")
-    # the CTA layout, the list layout, the warp layout by 8 and by 4 tokens a CTA
+    # on the H200 (132 SMs): the CTA layout, the list layout, the warp layout by 8 and by 4
+    # tokens a CTA (forced: the admission takes the Triton kernel at 16384)
     token_counts = [1, 64, 320, 700, 1536, 16384]
     gen = torch.Generator().manual_seed(2027)
     for index in range(320):
@@ -605,9 +606,11 @@ def test_gpu_cuda_kernel_refuses_an_unknown_layout():
     none = torch.empty(0, device="cuda")
     run = load_module(MODULE, 0).moe_fused_gate_cuda
     args = (logits, bias, none, none, 0, none, 6, weights, ids, none, 0, True, 1e-20, 1.0, False)
-    for warps, tokens_per_cta, named in ((3, 1, "warps"), (4, 2, "tokens_per_cta"), (1, 9, "tokens_per_cta")):
+    for warps, tokens_per_cta, named in ((3, 1, "warps must"), (4, 2, "tokens_per_cta must")):
         with pytest.raises(ValueError, match=named):
             run(*args, warps, tokens_per_cta)
+    with pytest.raises(ValueError, match="tokens_per_cta must"):
+        run(*args, 1, 9)
 
 
 @pytest.mark.gpu

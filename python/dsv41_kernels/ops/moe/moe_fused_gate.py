@@ -6,9 +6,9 @@ takes the routing as packed ids. Packing in a second launch costs one launch per
 the router writes ``(id << 16) | bf16_bits(weight)`` from the values it already holds.
 
 Contract: :func:`moe_fused_gate` computes :func:`dsv41_kernels.reference.vision_topk` in one
-launch, a CTA or program a token (scores ``sqrt(softplus(logit))`` in fp32, selection by the
-biased score with the lowest expert id first on ties and NaN above every number, weights from
-the unbiased scores). With ``packed_out`` the same launch also writes :func:`pack_topk` of its
+launch, a CTA, a warp or a program a token (scores ``sqrt(softplus(logit))`` in fp32, selection
+by the biased score with the lowest expert id first on ties and NaN above every number, weights
+from the unbiased scores). With ``packed_out`` the same launch also writes :func:`pack_topk` of its
 own outputs, and the ids and weights are bit-identical with and without it. On sm_90+ it is a
 programmatic dependent launch, as SGLang's own router is there.
 
@@ -23,10 +23,11 @@ below, one warp a token.
 
 Exactness: on a GPU the kernels take exp and log1p from libdevice (the CUDA math library torch
 uses, subnormals kept; the CUDA kernel writes log1p and sqrt as that library computes them,
-without its branches, equal for all 2^32 fp32 inputs on the H200), sqrt and division with IEEE
-rounding, no FMA contraction, and sums the routed weights in selection order as the reference
-does, so it is built to equal the torch reference bit for bit. The stated bound: ids equal except where two biased scores lie within
-one fp32 ulp at the selection boundary, weights within 2 fp32 ulp. Under the Triton interpreter
+without its branches: its score equals the library's for all 2^32 fp32 logits on the H200),
+sqrt and division with IEEE rounding, no FMA contraction, and sum the routed weights in
+selection order as the reference does, so they are built to equal the torch reference bit for
+bit. The stated bound: ids equal except where two biased scores lie within one fp32 ulp at the
+selection boundary, weights within 2 fp32 ulp. Under the Triton interpreter
 exp and log1p come from numpy (float64, then rounded) and the scores may sit 1 ulp from torch's
 CPU ones (whose sqrt is not always correctly rounded either); given equal scores every later
 step is bit-exact, which the CPU tests check.
@@ -87,7 +88,7 @@ expert) up to one token an SM, 4 warps a token up to five, a warp a token beyond
 took 2.16 against 2.43 us at 128 tokens, the list layout 2.51 against 2.60 at 256 and 3.27
 against 3.65 (the warp layout) at 640, the warp layout 3.78 against 4.45 at 1024."""
 WARP_LAYOUT_TOKENS_PER_CTA = (4, 8)
-"""The warp layout's CTA sizes (tokens a CTA) to choose from (:func:`warp_layout_tokens_per_cta`)."""
+"""The warp layout's CTA sizes, tokens a CTA (:func:`warp_layout_tokens_per_cta`)."""
 CTA_LAYOUT, LIST_LAYOUT, WARP_LAYOUT = 0, 4, 1
 """The CUDA kernel's ``warps`` argument: 0 for a CTA a token, else warps a token."""
 
@@ -510,7 +511,8 @@ def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows,
     packed_out, out_weights, out_ids = outputs.values()
     none = logits.new_empty(0)  # an argument the kernel does not read
     valid_from_tensor = isinstance(valid_rows, torch.Tensor)
-    load_module(MODULE, logits.device.index or 0).moe_fused_gate_cuda(
+    device_index = cuda_index(logits.device)
+    load_module(MODULE, device_index).moe_fused_gate_cuda(
         logits,
         bias,
         none if bias_alt is None else bias_alt,
@@ -526,7 +528,7 @@ def _launch_cuda(logits, bias, options: RouterOptions, vision: dict, valid_rows,
         options.renormalize_eps,
         options.routed_scaling_factor,
         options.scale_on_output,
-        *cuda_layout(logits.shape[0], multiprocessors(cuda_index(logits.device))),
+        *cuda_layout(logits.shape[0], multiprocessors(device_index)),
     )
 
 
