@@ -59,6 +59,7 @@
 #include "cluster_exchange.cuh"
 #include "cluster_launch.cuh"
 #include "float_bits.cuh"
+#include "fp32_ops.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -109,36 +110,6 @@ struct Params {
   float eps;
   bool one_wave;  // the grid is resident at once: let the next launch start early
 };
-
-// fp32 arithmetic with exactly one IEEE rounding, whatever the compiler flags: PTX instructions
-// with an explicit rounding mode are never contracted into FMAs, and without .ftz they keep
-// subnormals.
-__device__ __forceinline__ float mul_rn(float a, float b) {
-  float d;
-  asm("mul.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float add_rn(float a, float b) {
-  float d;
-  asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float div_rn(float a, float b) {
-  float d;
-  asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float sqrt_rn(float a) {
-  float d;
-  asm("sqrt.rn.f32 %0, %1;" : "=f"(d) : "f"(a));
-  return d;
-}
-// FlashInfer's scaling multiply: subnormal inputs and results flush to zero.
-__device__ __forceinline__ float mul_ftz(float a, float b) {
-  float d;
-  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
 
 // Two fp32 -> bf16x2 (lo in the low half), round to nearest even; NaN becomes some NaN.
 __device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {

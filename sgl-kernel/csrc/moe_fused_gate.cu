@@ -68,6 +68,7 @@
 #include <cstdint>
 
 #include "cluster_launch.cuh"
+#include "fp32_ops.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -114,23 +115,6 @@ struct Params {
   bool one_wave;
 };
 
-// fp32 arithmetic with exactly the rounding written, whatever the compiler flags.
-__device__ __forceinline__ float mul_ftz(float a, float b) {
-  float d;
-  asm("mul.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float add_ftz(float a, float b) {
-  float d;
-  asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
-  return d;
-}
-__device__ __forceinline__ float rsqrt_approx(float a) {
-  float d;
-  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
-  return d;
-}
-
 // The CUDA math library's log1pf(y) (nvcc 13.0) for y = expf(x): its main path's operations,
 // and its special case (y's bits at or above +inf's) selected, not branched to.
 __device__ __forceinline__ float log1p_of_exp(float y) {
@@ -157,7 +141,7 @@ __device__ __forceinline__ float log1p_of_exp(float y) {
 // sqrt.rn(s) as the CUDA math library computes it: its fast path on s, or on s · 2^64 for s
 // below 2^-101 (the result then · 2^-32, both exact), and its answers for ±0, +inf, negative
 // numbers and NaN, all selected.
-__device__ __forceinline__ float sqrt_rn(float s) {
+__device__ __forceinline__ float sqrt_rn_selected(float s) {
   const unsigned bits = __float_as_uint(s);
   const bool tiny = bits < 0x0d000000u;
   const float scaled = tiny ? __fmaf_rn(s, 18446744073709551616.0f, 0.0f) : s;
@@ -178,7 +162,7 @@ __device__ __forceinline__ float sqrt_rn(float s) {
 // warp layout's 12 values a lane overlap.
 __device__ __forceinline__ float score_of(float x) {
   const float softplus = log1p_of_exp(expf(x));  // expf: the library's, branch-free
-  return sqrt_rn(x > kSoftplusThreshold ? x : softplus);
+  return sqrt_rn_selected(x > kSoftplusThreshold ? x : softplus);
 }
 
 // The order-preserving integer of biased's bits (the reference's rank key without the id).
