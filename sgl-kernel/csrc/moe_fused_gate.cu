@@ -341,9 +341,10 @@ __device__ __forceinline__ void take_slots(const Params& p, int token, int lane,
   if (lane < p.top_k) write_slot(p, token, lane, limit, my_id, my_weight, routed_sum);
 }
 
-// The list layouts: WARPS warps a token, thread (w, g) scoring members w + WARPS i of list g,
+// The list kernel: WARPS warps a token, thread (w, g) scoring members w + WARPS i of list g,
 // then warp 0 holding every list in registers (through shared memory when WARPS > 1) takes the
-// slots. WARPS == 1: a warp a token, blockDim.x / 32 tokens a CTA; else one token a CTA.
+// slots. WARPS == 1, the warp layout: blockDim.x / 32 tokens a CTA; else the list layout, one
+// token a CTA.
 template <int MEMBERS, int WARPS>
 __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
     moe_fused_gate_list_kernel(const __grid_constant__ Params p) {
@@ -409,7 +410,8 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
   take_slots(p, token, lane, limit, key, score);
 }
 
-// The list layouts' launch for `members` experts a list (their kernels are built for each count).
+// The list kernel's launch (the warp layout with warps 1, else the list layout) for `members`
+// experts a list (it is built for each count).
 template <int MEMBERS = 1>
 void launch_list_layout(Params p, int members, int warps, int tokens_per_cta, cudaStream_t stream) {
   if constexpr (MEMBERS < kMaxMembers) {
