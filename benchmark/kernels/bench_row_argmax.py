@@ -20,7 +20,8 @@ from dsv41_kernels.ops.speculative.row_argmax import launch_triton, row_argmax, 
 
 VOCAB = 129280
 SWEEP_SHAPES = ((128, 16), (256, 8), (256, 16), (512, 4), (512, 8), (1024, 2))
-SWEEP_ROW_SHAPES = ((128, 8), (256, 4), (256, 8), (512, 2), (512, 4), (1024, 2))
+SWEEP_ROW_SHAPES = ((128, 8), (256, 4), (256, 8), (512, 2), (512, 4), (512, 8), (1024, 2))
+SWEEP_ROW_SHAPES += ((1024, 4),)
 
 
 def measure(rows: int) -> list[dict]:

@@ -6,8 +6,8 @@
 // reduces its part of the chunk and sends its winner into the leader CTA's shared memory with
 // st.async, which completes on the leader's mbarrier; only the leader waits, and it writes the
 // index. No global atomics and no second launch for the argmax. From kRowKernelMinRows rows,
-// while they fit the GPU at once, the argmax takes one CTA a row instead (row_argmax_rows_kernel):
-// with a row for every SM the cluster's exchange buys nothing.
+// while they fit the GPU at once, the argmax and the accept take one CTA a row instead
+// (row_argmax_rows_kernel): with a row for every SM the cluster's exchange buys nothing.
 //
 // Contract: bitwise identical to torch.argmax(logits, -1): the first NaN if the row has one,
 // else the first maximum (-0.0 == +0.0, an all -Inf row gives 0). Each thread visits its
@@ -16,13 +16,14 @@
 //
 // Accept (accept_greedy_cluster): rows b*n .. b*n+n-1 are request b's verify rows (n <= 16).
 // Request b has a 64-bit ticket, generation << 32 | count << 16 | match bits, and 16 slots
-// (slot k: generation << 32 | argmax of row k). The leader of row k reads the generation,
-// candidates[b, k+1] and the cutoff while its CTA's logits load; with the argmax it stores
-// its slot and adds 1 << 16 | match << k to the ticket (match: the candidate equals the
-// argmax). The n-th arrival has every match bit: correct = the leading matches, capped at
-// cutoff - 1 (the cap goes to trim). It takes the bonus from slot `take` once that slot holds
-// this generation: every leader reads its request's slots alongside its ticket add, and as
-// the slot store is not ordered before the add, a stale slot is read again. It then writes
+// (slot k: generation << 32 | argmax of row k). The leader CTA of row k (the row's only CTA in
+// the one-CTA-a-row kernel) reads the generation, candidates[b, k+1] and the cutoff while its
+// logits load; with the argmax it stores its slot and adds 1 << 16 | match << k to the ticket
+// (match: the candidate equals the argmax). The n-th arrival has every match bit: correct =
+// the leading matches, capped at cutoff - 1 (the cap goes to trim). It takes the bonus from
+// slot `take` once that slot holds this generation: every leader reads its request's slots
+// alongside its ticket add, and as a slot store is not ordered before its add, a stale slot
+// is read again (the arrival's own row it takes from its argmax). It then writes
 // the outputs and moves the ticket to the next generation. Slots k >= n, which no row of the
 // launch takes, are marked stale (-1) by the first row's leader CTA as it starts. A slot thus
 // holds this generation, the previous one or -1, so a stale value is never taken for a fresh
@@ -56,10 +57,18 @@ constexpr uint32_t kNoIndex = 0xFFFFFFFFu;
 // kRowKernelMinRows rows while its grid is one wave; on the H200 (session 10, fp32, vocab
 // 129280) it measured 11.84 / 17.87 / 25.09 us at 96 / 128 / 192 rows against the cluster
 // kernel's 13.55 / 18.47 / 25.42 and 8.60 against 7.54 at 64; at 384 rows (two waves) the
-// cluster kernel's 47.11 beat it.
+// cluster kernel's 47.11 beat it. The accept follows the same choice.
 constexpr int kRowKernelMinRows = 96;
 constexpr int kRowThreads = 1024;
 constexpr int kRowUnroll = 2;
+// While the rows fit one CTA an SM, twice the loads in flight a thread: at two CTAs an SM
+// (kRowUnroll) a thread's 32 registers hold two batches of 2 vectors, 128 KiB an SM in flight,
+// at one CTA an SM the same shape would hold half that.
+constexpr int kRowDeepUnroll = 4;
+// The op's shape at two CTAs an SM, so that 256 rows are one wave, the accept's too (which
+// without the bound took 46 registers a thread, one CTA an SM); the sweep's shapes unbounded.
+template <int THREADS, int UNROLL>
+constexpr int kRowBlocksPerSM = THREADS == kRowThreads && UNROLL == kRowUnroll ? 2 : 1;
 
 template <typename T>
 __device__ __forceinline__ float to_float(T x) {
@@ -169,40 +178,54 @@ __device__ RowRequest read_request(const AcceptParams& a, int row) {
   return q;
 }
 
-// Called by the leader's thread 0 of row `row` with its argmax (see the accept notes above).
+// Run by every thread of the CTA that finishes row `row` (its leader), as it starts: warp 0
+// reads the request (one load an address for the warp; the other warps get an empty one).
+// Slots k >= n are never taken in this launch, so the first row of each request marks them
+// stale now, one store a thread of the second warp, off the accept's critical path (at the
+// end, ten stores of one thread measured 0.1 us).
+__device__ __forceinline__ RowRequest begin_accept(const AcceptParams& a, int row, int tid) {
+  RowRequest q{};
+  if (tid < 32) q = read_request(a, row);
+  const int slot = tid - 32;
+  if (row % a.n == 0 && slot >= a.n && slot < kMaxDraft) {
+    store_relaxed(a.slots + row / a.n * kMaxDraft + slot, ~0ull);
+  }
+  return q;
+}
+
+// Called by the whole of the leader's warp 0 of row `row`, every lane with the row's argmax
+// and request (see the accept notes above). Lane j < 16 reads slot j while lane 0's ticket add
+// is in flight, so the last arrival usually has the bonus row's slot when the add returns; a
+// slot a lane read stale is read again. One slot a lane keeps the registers of the one-CTA-a-
+// row kernel at two CTAs an SM.
 __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const RowRequest& q) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
   const int b = row / a.n, k = row % a.n;
   unsigned long long* slots = a.slots + b * kMaxDraft;
   const unsigned long long tag = static_cast<unsigned long long>(q.generation) << kGenerationShift;
-  store_relaxed(slots + k, tag | static_cast<uint32_t>(argmax));
   const bool match = k < a.n - 1 && q.drafted == argmax;
   const unsigned long long add =
       (1ull << kCountShift) | (static_cast<unsigned long long>(match) << k);
-  unsigned long long seen;
-  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;"
-               : "=l"(seen)
-               : "l"(a.tickets + b), "l"(add)
-               : "memory");
-  // The request's slots are read while the ticket add is in flight, so the last arrival
-  // usually has the bonus row's slot when the add returns; a stale one is read again.
-  unsigned long long early[kMaxDraft];
-#pragma unroll
-  for (int j = 0; j < kMaxDraft; j += 2) {
-    asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
-                 : "=l"(early[j]), "=l"(early[j + 1])
-                 : "l"(slots + j)
+  unsigned long long seen = 0;
+  if (lane == 0) {
+    store_relaxed(slots + k, tag | static_cast<uint32_t>(argmax));
+    asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;"
+                 : "=l"(seen)
+                 : "l"(a.tickets + b), "l"(add)
                  : "memory");
   }
-  seen += add;
+  const unsigned long long early = lane < kMaxDraft ? load_relaxed(slots + lane) : 0ull;
+  seen = __shfl_sync(0xFFFFFFFFu, seen, 0) + add;
   if (static_cast<int>((seen >> kCountShift) & 0xFFu) != a.n) return;
   const uint32_t matches = static_cast<uint32_t>(seen) & 0xFFFFu;
   const int correct = __ffs(~matches) - 1;  // bit n - 1 is never set
   const int capped = min(correct, q.limit);
   // SGLang reads the bonus with Python indexing: a negative index wraps.
   const int take = min(max(capped < 0 ? capped + a.n : capped, 0), a.n - 1);
-  unsigned long long bonus = early[0];
-#pragma unroll
-  for (int j = 1; j < kMaxDraft; ++j) bonus = j == take ? early[j] : bonus;
+  unsigned long long bonus = __shfl_sync(0xFFFFFFFFu, early, take);
+  if (lane != 0) return;
+  // This row's own slot was stored by lane 0, which another lane's read may have missed.
+  if (take == k) bonus = tag | static_cast<uint32_t>(argmax);
   while ((bonus & 0xFFFFFFFF00000000ull) != tag) bonus = load_relaxed(slots + take);
   a.correct[b] = capped;
   a.trim[b] = correct - capped;
@@ -260,14 +283,7 @@ __global__ void __launch_bounds__(THREADS)
   }
   RowRequest request{};
   if constexpr (ACCEPT) {
-    if (rank == 0 && tid == 0) request = read_request(a, row);
-    // Slots k >= n are never taken in this launch: the first row's leader marks them stale now,
-    // one store a thread of its second warp, off the accept's critical path (at the end, ten
-    // stores of one thread measured 0.1 us).
-    const int slot = tid - 32;
-    if (rank == 0 && row % a.n == 0 && slot >= a.n && slot < kMaxDraft) {
-      store_relaxed(a.slots + row / a.n * kMaxDraft + slot, ~0ull);
-    }
+    if (rank == 0) request = begin_accept(a, row, tid);
   }
   // A thread without columns keeps (-Inf, vocab - 1), which never beats a real column.
   float best = -INFINITY;
@@ -321,10 +337,9 @@ __global__ void __launch_bounds__(THREADS)
     index = take ? i : index;
   }
   warp_winner(key, index);
-  if (tid != 0) return;
   if constexpr (ACCEPT) {
     accept_row(a, row, index, request);
-  } else {
+  } else if (tid == 0) {
     out[row] = index;
   }
 }
@@ -337,10 +352,10 @@ __global__ void __launch_bounds__(THREADS)
 // partial vector past the row's whole vectors goes to the thread that owns that vector's slot,
 // after its whole vectors. Same contract, and the same winner rule above the thread, as the
 // cluster kernel.
-template <typename T, int THREADS, int UNROLL>
-__global__ void __launch_bounds__(THREADS)
+template <typename T, int THREADS, int UNROLL, bool ACCEPT>
+__global__ void __launch_bounds__(THREADS, kRowBlocksPerSM<THREADS, UNROLL>)
     row_argmax_rows_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
-                           int64_t* __restrict__ out) {
+                           int64_t* __restrict__ out, const __grid_constant__ AcceptParams a) {
   constexpr int kVec = kVecOf<T>;
   constexpr int kWarps = THREADS / 32;
   constexpr int kBatch = THREADS * UNROLL;
@@ -348,6 +363,7 @@ __global__ void __launch_bounds__(THREADS)
   __shared__ uint64_t warp_winners[kWarps];
 
   const int tid = threadIdx.x;
+  const int row = blockIdx.x;
   const T* x = logits + static_cast<int64_t>(blockIdx.x) * row_stride;
   const uint4* vectors = reinterpret_cast<const uint4*>(x);
   const int whole = vocab / kVec;
@@ -378,6 +394,8 @@ __global__ void __launch_bounds__(THREADS)
   };
   uint4 even[UNROLL], odd[UNROLL];
   load(even, 0);
+  RowRequest request{};
+  if constexpr (ACCEPT) request = begin_accept(a, row, tid);
   for (int first = 0; first < whole; first += 2 * kBatch) {
     load(odd, first + kBatch);
     compare(even, first);
@@ -403,7 +421,11 @@ __global__ void __launch_bounds__(THREADS)
   key = static_cast<uint32_t>(w >> 32);
   index = static_cast<uint32_t>(w);
   warp_winner(key, index);
-  if (tid == 0) out[blockIdx.x] = index;
+  if constexpr (ACCEPT) {
+    accept_row(a, row, index, request);
+  } else if (tid == 0) {
+    out[row] = index;
+  }
 }
 
 template <typename T, int THREADS, int ITEMS, bool ACCEPT>
@@ -428,23 +450,28 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
                      out, a);
 }
 
-template <typename T, int THREADS, int UNROLL>
-void launch_rows(const TensorView& logits, int64_t* out, cudaStream_t stream) {
-  launch_in_clusters("row_argmax", row_argmax_rows_kernel<T, THREADS, UNROLL>,
+template <typename T, int THREADS, int UNROLL, bool ACCEPT>
+void launch_rows(const TensorView& logits, int64_t* out, const AcceptParams& a,
+                 cudaStream_t stream) {
+  launch_in_clusters("row_argmax", row_argmax_rows_kernel<T, THREADS, UNROLL, ACCEPT>,
                      dim3(static_cast<unsigned>(logits.size(0))), dim3(THREADS), /*cluster=*/0,
                      /*dependent=*/false, stream, data_as<const T>(logits), logits.stride(0),
-                     static_cast<int>(logits.size(1)), out);
+                     static_cast<int>(logits.size(1)), out, a);
 }
 
 // The argmax: one CTA a row where that kernel wins (kRowKernelMinRows). Otherwise clusters of
 // the fewest items per thread that keep the cluster within kMaxCluster CTAs.
 template <typename T, bool ACCEPT>
 void launch(const TensorView& logits, int64_t* out, const AcceptParams& a, cudaStream_t stream) {
-  if constexpr (!ACCEPT) {
-    const int64_t rows = logits.size(0);
-    constexpr auto rows_kernel = row_argmax_rows_kernel<T, kRowThreads, kRowUnroll>;
-    if (rows >= kRowKernelMinRows && one_wave(rows_kernel, rows, kRowThreads)) {
-      return launch_rows<T, kRowThreads, kRowUnroll>(logits, out, stream);
+  const int64_t rows = logits.size(0);
+  if (rows >= kRowKernelMinRows) {
+    constexpr auto deep = row_argmax_rows_kernel<T, kRowThreads, kRowDeepUnroll, ACCEPT>;
+    if (one_wave(deep, rows, kRowThreads)) {
+      return launch_rows<T, kRowThreads, kRowDeepUnroll, ACCEPT>(logits, out, a, stream);
+    }
+    constexpr auto rows_kernel = row_argmax_rows_kernel<T, kRowThreads, kRowUnroll, ACCEPT>;
+    if (one_wave(rows_kernel, rows, kRowThreads)) {
+      return launch_rows<T, kRowThreads, kRowUnroll, ACCEPT>(logits, out, a, stream);
     }
   }
   const int64_t per_item = int64_t{kThreads} * kVecOf<T> * kMaxCluster;
@@ -569,12 +596,23 @@ void row_argmax_rows_shape(TensorView logits, TensorView out, int threads, int u
   if (logits.dtype().code != kDLFloat || logits.dtype().bits != 32) {
     TVM_FFI_THROW(ValueError) << "the sweep takes float32 logits";
   }
-  if (threads == 256 && unroll == 4) return launch_rows<float, 256, 4>(logits, dst, stream);
-  if (threads == 256 && unroll == 8) return launch_rows<float, 256, 8>(logits, dst, stream);
-  if (threads == 512 && unroll == 2) return launch_rows<float, 512, 2>(logits, dst, stream);
-  if (threads == 512 && unroll == 4) return launch_rows<float, 512, 4>(logits, dst, stream);
-  if (threads == 1024 && unroll == 2) return launch_rows<float, 1024, 2>(logits, dst, stream);
-  if (threads == 128 && unroll == 8) return launch_rows<float, 128, 8>(logits, dst, stream);
+  const AcceptParams a{};
+  if (threads == 256 && unroll == 4)
+    return launch_rows<float, 256, 4, false>(logits, dst, a, stream);
+  if (threads == 256 && unroll == 8)
+    return launch_rows<float, 256, 8, false>(logits, dst, a, stream);
+  if (threads == 512 && unroll == 2)
+    return launch_rows<float, 512, 2, false>(logits, dst, a, stream);
+  if (threads == 512 && unroll == 4)
+    return launch_rows<float, 512, 4, false>(logits, dst, a, stream);
+  if (threads == 1024 && unroll == 2)
+    return launch_rows<float, 1024, 2, false>(logits, dst, a, stream);
+  if (threads == 128 && unroll == 8)
+    return launch_rows<float, 128, 8, false>(logits, dst, a, stream);
+  if (threads == 512 && unroll == 8)
+    return launch_rows<float, 512, 8, false>(logits, dst, a, stream);
+  if (threads == 1024 && unroll == 4)
+    return launch_rows<float, 1024, 4, false>(logits, dst, a, stream);
   TVM_FFI_THROW(ValueError) << "no launch shape " << threads << " threads x " << unroll
                             << " unroll";
 }

@@ -13,7 +13,7 @@ from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER
 from dsv41_kernels.reference import accept_greedy as accept_rule
 from test.machine import DEVICE, needs_kernel
 
-from .logit_cases import random_logits
+from .logit_cases import random_logits, special_rows
 
 
 def make_case(bs, n, vocab, gen, *, dtype=torch.int64):
@@ -253,6 +253,64 @@ def test_gpu_cluster_accept_across_the_generation_wrap():
         ref = accept_greedy_torch(candidates, logits, cutoff)
         assert_same(accept_greedy(candidates, logits, cutoff_verify_lens=cutoff), ref)
     assert int(tickets[0]) >> 32 == 6  # 2**31 - 2 + 8 launches, modulo 2**31
+
+
+CUDA_ACCEPT = pytest.mark.skipif(
+    not (torch.cuda.is_available() and sm_major(0) >= 9 and module_available("row_argmax", 0)),
+    reason="the CUDA accept needs sm_90+ and its module (prebuilt, or a toolchain)",
+)
+
+
+def cuda_case(bs, n, vocab, dtype, gen):
+    """A make_case on the GPU with the special rows spread over the batch, as ``dtype`` in rows
+    of a wider buffer (16-byte aligned starts, a partial last vector at odd vocabularies)."""
+    candidates, logits, cutoff = make_case(
+        bs, n, vocab, gen, dtype=(torch.int32, torch.int64)[n % 2]
+    )
+    specials = torch.stack(special_rows(vocab))[: bs * n]
+    logits[torch.randperm(bs * n, generator=gen)[: specials.shape[0]]] = specials
+    wide = torch.zeros(bs * n, (vocab + 15) // 8 * 8, dtype=dtype, device="cuda")
+    wide[:, :vocab].copy_(logits)
+    cutoff = torch.randint(0, n + 2, (bs,), generator=gen, dtype=torch.int32)
+    return candidates.cuda(), wide[:, :vocab], cutoff.cuda()
+
+
+@pytest.mark.gpu
+@CUDA_ACCEPT
+def test_gpu_cuda_accept_past_8_rows():
+    """Past 8 rows the accept takes the argmax's CUDA kernels too: clusters below 96 rows, one
+    CTA a row from 96 while the rows fit the GPU at once (264 on the H200), clusters beyond; up
+    to bs 64 x n 6 = 384 rows and n up to 16, fp32 and bf16, int32/int64 candidates, cutoffs
+    from 0 (wraps) to n + 1, against the torch composition. Shapes alternate call to call, so
+    a ticket left armed would show; then one CUDA graph at bs 64 replayed with new logits."""
+    gen = torch.Generator().manual_seed(21)
+    shapes = [(16, 6), (64, 6), (2, 16), (17, 6), (96, 1), (24, 16), (44, 6), (33, 8), (128, 2)]
+    shapes += [(264, 1), (384, 1), (5, 16), (48, 6), (130, 2), (11, 9), (64, 6), (16, 6)]
+    for i, (bs, n) in enumerate(shapes):
+        vocab = (129280, 129283, 151936)[i % 3]
+        dtype = (torch.float32, torch.bfloat16)[i % 4 == 3]
+        candidates, logits, cutoff = cuda_case(bs, n, vocab, dtype, gen)
+        c = cutoff if i % 2 else None
+        assert accept_greedy_admission(candidates, logits, c).kernel == CUDA_CLUSTER, (bs, n)
+        assert_same(
+            accept_greedy(candidates, logits, cutoff_verify_lens=c),
+            accept_greedy_torch(candidates, logits, c),
+        )
+    candidates, logits, cutoff = cuda_case(64, 6, 129280, torch.float32, gen)
+    out = tuple(
+        torch.empty(64, dtype=dtype, device="cuda")
+        for dtype in (torch.int32, torch.int64, torch.int32)
+    )
+    accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        accept_greedy(candidates, logits, cutoff_verify_lens=cutoff, out=out)
+    for _ in range(4):
+        fresh = cuda_case(64, 6, 129280, torch.float32, gen)
+        for dst, src in zip((candidates, logits, cutoff), fresh):
+            dst.copy_(src)
+        graph.replay()
+        assert_same(out, accept_greedy_torch(candidates, logits, cutoff))
 
 
 # ---- verify lengths outside SGLang's 1..n -----------------------------------------------------

@@ -5,10 +5,11 @@ At BS=1 DSpark verifies ``n = 6`` rows of ``[129280]`` fp32 logits per step; SGL
 small launches. Here the multi-block row argmax (:mod:`.argmax_reduction`) also applies the
 rule, so the whole greedy accept is one launch with no host sync, and with ``out`` given it
 allocates nothing, which makes it safe inside a captured CUDA graph. Where the argmax takes
-its CUDA cluster kernel (few rows, sm_90+) the accept does too (``accept_greedy_cluster`` in
-``sgl-kernel/csrc/row_argmax.cu``: each row's leader CTA adds its match bit to a per-request
-ticket and the last one applies the rule, with one ticket round trip and one read of the bonus
-row's slot); elsewhere the last program of the Triton reduction applies it.
+its CUDA kernels (sm_90+, up to 384 rows) the accept does too (``accept_greedy_cluster`` in
+``sgl-kernel/csrc/row_argmax.cu``, a cluster a row or from 96 rows one CTA a row: each row's
+leader CTA adds its match bit to a per-request ticket and the last one applies the rule, with
+one ticket round trip and one read of the bonus row's slot); elsewhere the last program of the
+Triton reduction applies it.
 
 Contract (SGLang 0.5.23 ``dspark_accept.accept_greedy``), bitwise:
 ``predict = torch.argmax(logits, -1).view(bs, n)``; ``correct_len[b]`` counts the leading
@@ -28,7 +29,7 @@ import triton.language as tl
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     CUDA_CLUSTER,
-    MAX_ROWS,
+    MAX_ADMITTED_ROWS,
     TRITON,
     TRITON_WORKSPACE,
     LaunchConfig,
@@ -43,10 +44,6 @@ from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 MAX_DRAFT_ROWS = 64  # n: the Triton epilogue holds [bs, n] in one program's registers
 CLUSTER_MAX_DRAFT_ROWS = 16  # n: the CUDA kernel keeps 16 match bits and slots a request
-# bs x n: the cluster accept's bound since the argmax's cluster kernel took 8 rows at most (its
-# GPU tests go to 8); the argmax's CUDA kernels now take up to 384, the accept past 8 rows is
-# still the Triton one (measured 16.19 us at bs 16 and 51.93 at bs 64, docs/performance.md).
-CLUSTER_MAX_ROWS = 8
 INDEX_DTYPES = (torch.int32, torch.int64)
 VERIFY_LENS_RULE = (
     "cutoff_verify_lens[b] is read as clamp(value, 1 - n, n), in int64: SGLang passes 1..n; a "
@@ -119,9 +116,7 @@ def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
     if refusal is not None:
         return refusal
     bs, n = candidates.shape
-    cuda = (
-        rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS and bs * n <= CLUSTER_MAX_ROWS
-    )
+    cuda = rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS
     kernel = CUDA_CLUSTER if cuda else TRITON
     reason = f"one {kernel} launch, bs {bs} x n {n} (the argmax alone: {rows.reason})"
     return admit(kernel, reason, rows.module if cuda else None)
@@ -251,10 +246,12 @@ def launch_triton(candidates, logits, cutoff_verify_lens, out, config: LaunchCon
 
 CLUSTER_WORKSPACE = StreamWorkspace(
     "accept_greedy",
-    Buffer(MAX_ROWS, torch.int64, -1),  # slots [16 * bs]: -1 is never current
-    Buffer(MAX_ROWS, torch.int64, 0),  # request tickets [bs]: generation 0, nothing counted
+    # slots [16 * bs]: -1 is never current
+    Buffer(CLUSTER_MAX_DRAFT_ROWS * MAX_ADMITTED_ROWS, torch.int64, -1),
+    Buffer(MAX_ADMITTED_ROWS, torch.int64, 0),  # request tickets [bs]: generation 0, none counted
 )
-"""The CUDA accept's slots and tickets (16 KiB a stream; :mod:`dsv41_kernels.workspace`)."""
+"""The CUDA accept's slots and tickets, for bs up to every admitted row (51 KiB a stream;
+:mod:`dsv41_kernels.workspace`)."""
 
 
 def launch_cuda(candidates, logits, cutoff_verify_lens, out) -> None:

@@ -6,8 +6,8 @@ whole machine instead, with one of two kernels:
 
 - on Hopper and Blackwell, the CUDA kernels of ``sgl-kernel/csrc/row_argmax.cu``: a
   thread-block cluster of up to 16 CTAs per row whose warps send their winners into the leader
-  CTA's shared memory (one launch, no global atomics), and for the argmax from 96 rows, while
-  the rows fit the GPU at once, one CTA a row;
+  CTA's shared memory (one launch, no global atomics), and from 96 rows, while the rows fit
+  the GPU at once, one CTA a row;
 - elsewhere (more rows, other GPUs, the Triton interpreter) a Triton kernel built from
   :func:`reduce_row_chunk`: the rows are cut into chunks, each program folds its chunk into a
   per-row slot with an atomic max, and the program drawing the last ticket runs the op's
@@ -57,10 +57,13 @@ TRITON = "triton"
 """The kernel names an admission carries."""
 
 
+MAX_ADMITTED_ROWS = 384  # DSpark's verify at bs 64 (6 rows a request), SGLang's own bound there
+
+
 def max_rows(vocab: int) -> int:
-    """Rows up to which spreading rows over the machine beats a block per row (H200); 384 at
-    wide vocabularies: DSpark's verify at bs 64 (6 rows a request), SGLang's own bound there."""
-    return 64 if vocab < 65536 else 384
+    """Rows up to which spreading rows over the machine beats a block per row (H200);
+    :data:`MAX_ADMITTED_ROWS` at wide vocabularies."""
+    return 64 if vocab < 65536 else MAX_ADMITTED_ROWS
 
 
 def cuda_kernel(logits: torch.Tensor) -> tuple[bool, str]:

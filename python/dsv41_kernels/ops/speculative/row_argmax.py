@@ -2,8 +2,8 @@
 
 ``torch.argmax`` reduces each row in a single thread block, so six rows leave most of the
 machine idle; here every row is spread over the whole GPU in one launch
-(:mod:`.argmax_reduction`: a CUDA cluster kernel for up to 8 rows on sm_90+, a multi-block
-Triton kernel elsewhere).
+(:mod:`.argmax_reduction`: on sm_90+ CUDA kernels up to 384 rows, a cluster of CTAs a row or
+from 96 rows one CTA a row; a multi-block Triton kernel elsewhere).
 
 Contract: the result is **bitwise identical to** ``torch.argmax(logits, dim=-1)`` for every
 input: ties resolve to the lowest index, ``-0.0 == +0.0``, ``+Inf`` wins over every finite
