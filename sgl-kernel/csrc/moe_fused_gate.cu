@@ -54,9 +54,9 @@
 //
 // Launch: grid (T) of E threads (a CTA a token), grid (T) of 128 threads (4 warps a token), or
 // grid (ceil(T / n)) of 32 n threads (a warp a token, n tokens a CTA); a programmatic dependent
-// launch (every global access after the wait; a grid of one wave lets the next launch start at
-// once), on tvm-ffi's stream for the logits' device; no allocation, no host sync (CUDA-graph
-// capturable).
+// launch (every global access after the wait; a grid that fits the GPU twice over lets the next
+// launch start at once, early_start), on tvm-ffi's stream for the logits' device; no allocation, no
+// host sync (CUDA-graph capturable).
 
 #include <cuda_runtime.h>
 #include <tvm/ffi/container/tensor.h>
@@ -112,7 +112,7 @@ struct Params {
   bool scale_on_output;
   float eps;
   float scaling;
-  bool one_wave;
+  bool early_start;  // let the next launch start at once (early_start below)
 };
 
 // The CUDA math library's log1pf(y) (nvcc 13.0) for y = expf(x): its main path's operations,
@@ -224,7 +224,7 @@ __global__ void __launch_bounds__(kMaxExperts)
   __shared__ int keys[kMaxExperts];
   __shared__ Entry lists[kMaxMembers][kLists];  // entry r of list g: lists[r][g]
   wait_for_previous_grid();                     // a dependent launch: no global access before
-  if (p.one_wave) allow_next_grid();
+  if (p.early_start) allow_next_grid();
   const int token = blockIdx.x;
   const int expert = threadIdx.x;
   const int members = p.experts / kLists;
@@ -312,25 +312,45 @@ __device__ __forceinline__ Entry best_of(const int (&key)[N], const float (&scor
   return Entry{k[0], v[0], lane + kLists * j[0]};
 }
 
+// Marks a lane's entry taken in its registers: `member` (-1: none).
+template <int MEMBERS>
+__device__ __forceinline__ void mark_taken(int (&key)[MEMBERS], int member) {
+#pragma unroll
+  for (int j = 0; j < MEMBERS; ++j) key[j] = j == member ? kTaken : key[j];
+}
+
 // Takes the slots from the lists in registers (lane g: list g's members, MEMBERS of them) and
 // writes the token's row: a slot is the same two reductions and shuffle as in the CTA layout,
-// over each lane's best untaken entry; the winner marks its entry taken and finds its next best
-// by a tree over its registers.
+// over each lane's best untaken entry. Each lane finds its best and second best up front (both
+// then marked taken), so a slot's winner moves to its second best by selects; only a lane that
+// wins again runs its tree for the next best (a warp-uniform branch), where every slot ran it
+// before: in the SASS of the warp layout at 12 members a slot took 92 instructions, now 35
+// without the tree.
 template <int MEMBERS>
 __device__ __forceinline__ void take_slots(const Params& p, int token, int lane, int64_t limit,
                                            int (&key)[MEMBERS], const float (&score)[MEMBERS]) {
   Entry head = best_of(key, score, lane);
+  mark_taken(key, head.expert / kLists);
+  Entry second = best_of(key, score, lane);
+  mark_taken(key, second.expert / kLists);
+  bool second_left = true;  // `second` not yet moved up to head
   int my_id = 0;
   float my_weight = 0.0f;
   float routed_sum = 0.0f;
   for (int slot = 0; slot < p.routed; ++slot) {
     const unsigned winner = slot_winner(head);
-    const float weight = __shfl_sync(kFull, head.score, static_cast<int>(winner % kLists));
+    const int owner = static_cast<int>(winner % kLists);
+    const float weight = __shfl_sync(kFull, head.score, owner);
     if (slot + 1 < p.routed) {  // the winner's next best (none after the last slot)
-      const int taken = static_cast<unsigned>(head.expert) == winner ? head.expert / kLists : -1;
-#pragma unroll
-      for (int j = 0; j < MEMBERS; ++j) key[j] = j == taken ? kTaken : key[j];
-      head = best_of(key, score, lane);
+      const bool won = lane == owner;
+      if (__shfl_sync(kFull, second_left, owner)) {
+        head = won ? second : head;
+        second_left = second_left && !won;
+      } else {  // the owner's third best or later: every entry it won is marked taken
+        mark_taken(key, won ? head.expert / kLists : -1);
+        const Entry best = best_of(key, score, lane);
+        head = won ? best : head;
+      }
     }
     if (lane == slot) {
       my_id = static_cast<int>(winner);
@@ -353,7 +373,7 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
   __shared__ int shared_keys[kShared][kLists];
   __shared__ float shared_scores[kShared][kLists];
   wait_for_previous_grid();  // a dependent launch: no global access before
-  if (p.one_wave) allow_next_grid();
+  if (p.early_start) allow_next_grid();
   const int lane = threadIdx.x % 32;
   const int warp = WARPS > 1 ? static_cast<int>(threadIdx.x / 32) : 0;
   const int token = WARPS > 1 ? static_cast<int>(blockIdx.x)
@@ -410,6 +430,18 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
   take_slots(p, token, lane, limit, key, score);
 }
 
+// Whether the next launch may start as this one does (griddepcontrol.launch_dependents first
+// thing): when this grid and another of its shape are resident at once, so that a router
+// following it (back to back in a CUDA graph) waits beside it. Past that the next grid's early
+// CTAs took SM slots that its other CTAs then waited for: with the early start the warp layout
+// took 9.34 / 9.40 / 9.53 us at 2304 / 2560 / 3072 tokens back to back against 7.83 / 7.93 /
+// 7.95 without, and 5.71 against 5.96 at 2048, where two grids fit (session 13,
+// docs/results/h200/session13/call1/logs/router_pdl_probe.log).
+template <typename Kernel>
+bool early_start(Kernel kernel, int64_t ctas, int threads) {
+  return one_wave(kernel, 2 * ctas, threads);
+}
+
 // The list kernel's launch (the warp layout with warps 1, else the list layout) for `members`
 // experts a list (it is built for each count).
 template <int MEMBERS = 1>
@@ -420,7 +452,7 @@ void launch_list_layout(Params p, int members, int warps, int tokens_per_cta, cu
     }
   }
   auto launch = [&](auto kernel, int ctas, int threads) {
-    p.one_wave = one_wave(kernel, ctas, threads);
+    p.early_start = early_start(kernel, ctas, threads);
     launch_in_clusters("moe_fused_gate", kernel, dim3(static_cast<unsigned>(ctas)), dim3(threads),
                        /*cluster=*/0, /*dependent=*/true, stream, p);
   };
@@ -525,7 +557,7 @@ void moe_fused_gate_cuda(TensorView logits, TensorView bias, TensorView bias_alt
     return launch_list_layout(p, p.experts / kLists, static_cast<int>(warps),
                               static_cast<int>(tokens_per_cta), stream);
   }
-  p.one_wave = one_wave(moe_fused_gate_kernel, p.tokens, p.experts);
+  p.early_start = early_start(moe_fused_gate_kernel, p.tokens, p.experts);
   launch_in_clusters("moe_fused_gate", moe_fused_gate_kernel, dim3(static_cast<unsigned>(p.tokens)),
                      dim3(static_cast<unsigned>(p.experts)), /*cluster=*/0, /*dependent=*/true,
                      stream, p);

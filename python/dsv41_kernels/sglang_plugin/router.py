@@ -12,10 +12,10 @@ without Triton) goes to SGLang's original function.
 
 SGLang 0.5.23's own ``vision_topk`` already routes and packs in one Triton launch on CUDA
 (``moe_fused_gate(..., packed_out=)``). On the H200 ours measured faster at every token count
-but 2049-2559 (the CUDA kernel to ``CUDA_MAX_TOKENS``, the Triton one beyond, slower than
-SGLang's there), so the hook takes every other call there and declines on every GPU not
-measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=router`` takes ours anyway. It is reached from
-``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from ``forward_deepep``.
+(the CUDA kernel to ``CUDA_MAX_TOKENS``, 65536), so the hook takes every call there and declines
+on every GPU not measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=router`` takes ours anyway.
+It is reached from ``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from
+``forward_deepep``.
 """
 
 from __future__ import annotations

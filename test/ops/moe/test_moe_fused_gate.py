@@ -501,7 +501,7 @@ def test_gpu_cuda_kernel_equals_triton_kernel():
 
     device = torch.device("cuda")
     # on the H200 (132 SMs): the CTA layout, the list layout, the warp layout by 8 and by 4
-    # tokens a CTA (forced: the admission takes the Triton kernel at 16384)
+    # tokens a CTA
     token_counts = [1, 64, 320, 700, 1536, 16384]
     gen = torch.Generator().manual_seed(2027)
     for index in range(320):
@@ -560,7 +560,7 @@ def test_cuda_layout():
     busiest SM, then the larger CTA."""
     from dsv41_kernels.ops.moe.moe_fused_gate import cuda_layout, warp_layout_tokens_per_cta
 
-    layouts = {t: cuda_layout(t, 132) for t in (1, 132, 133, 660, 661, 1536, 2048)}
+    layouts = {t: cuda_layout(t, 132) for t in (1, 132, 133, 660, 661, 1536, 2048, 2560)}
     assert layouts == {
         1: (0, 1),  # a CTA a token
         132: (0, 1),
@@ -569,6 +569,7 @@ def test_cuda_layout():
         661: (1, 8),  # a warp a token, 8 a CTA
         1536: (1, 4),
         2048: (1, 8),
+        2560: (1, 4),
     }
     picks = {t: warp_layout_tokens_per_cta(t, 132) for t in (257, 512, 528, 529, 1024, 1536, 2048)}
     assert picks == {257: 4, 512: 4, 528: 4, 529: 8, 1024: 8, 1536: 4, 2048: 8}

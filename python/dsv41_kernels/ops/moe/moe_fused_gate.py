@@ -76,10 +76,11 @@ CUDA = "cuda"
 MODULE = "moe_fused_gate"  # sgl-kernel/csrc/moe_fused_gate.cu
 CUDA_MAX_EXPERTS = 512
 """The CUDA kernel's widest row (a thread an expert, 32 lists of at most 16), E % 32 == 0."""
-CUDA_MAX_TOKENS = 2048
-"""The CUDA kernel's most tokens; past it the Triton kernel (on the H200 the CUDA kernel's warp
-layout took 5.79 against 8.72 us at 2048 tokens, session 12; the Triton kernel 8.01 at 3072,
-session 11)."""
+CUDA_MAX_TOKENS = 65536
+"""The CUDA kernel's most tokens, the most measured; past it the Triton kernel. On the H200 the
+CUDA kernel's warp layout took 6.07 / 8.35 / 26.12 / 96.88 us at 2560 / 4096 / 16384 / 65536
+tokens against the Triton kernel's 6.97 / 10.08 / 33.89 / 127.71 and SGLang's 7.76 / 11.10 /
+37.35 / 141.41 (session 13, ``docs/results/h200/session13/call2/logs/router_probe2.log``)."""
 CTA_LAYOUT_TOKENS_PER_SM = 1
 LIST_LAYOUT_TOKENS_PER_SM = 5
 """The CUDA kernel's layouts, by tokens per SM (:func:`cuda_layout`): a CTA a token (a thread an
