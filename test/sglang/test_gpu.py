@@ -192,6 +192,29 @@ def route(moe, tokens, seed):
     return ours, theirs
 
 
+NEAR_TIE_ULP = 4
+"""SGLang's router computes its scores in fast math, within about an ulp of the exact ones."""
+
+
+def assert_same_experts_but_near_ties(moe, tokens, ours, theirs):
+    """SGLang's ids equal ours (which equal the torch reference) but at slots where the two
+    experts' exact biased scores lie within :data:`NEAR_TIE_ULP`: there its fast-math scores
+    may order them the other way (on the H200 from 2560 tokens of random logits)."""
+    from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
+    from dsv41_kernels.reference.moe_router import sqrt_softplus
+
+    logits, input_ids = route_inputs(tokens, tokens)
+    gate = moe.gate
+    image = (input_ids == moe.config.image_token_id)[:, None]
+    bias = torch.where(image, gate.e_score_correction_bias_vl, gate.e_score_correction_bias)
+    biased = sqrt_softplus(logits) + bias.float()
+    rows, slots = (ours != theirs).nonzero(as_tuple=True)
+    distance = fp32_ulp_distance(
+        biased[rows, ours[rows, slots].long()], biased[rows, theirs[rows, slots].long()]
+    )
+    assert bool((distance <= NEAR_TIE_ULP).all()), (tokens, rows.tolist(), distance.tolist())
+
+
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
 def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
     """Unforced, the hook takes every token count on SM90 (measured faster there: the CUDA
@@ -209,7 +232,7 @@ def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
     fires = {tokens: on_sm90 for tokens in token_counts}
     for tokens, ours_run in fires.items():
         ours, theirs = route(moe, tokens, tokens)
-        assert torch.equal(ours.topk_ids, theirs.topk_ids)
+        assert_same_experts_but_near_ties(moe, tokens, ours.topk_ids, theirs.topk_ids)
         assert hasattr(ours, "packed_topk_ids") == (runner is not None)
         if not ours_run:
             continue
