@@ -196,8 +196,7 @@ __device__ __forceinline__ RowRequest begin_accept(const AcceptParams& a, int ro
 // Called by the whole of the leader's warp 0 of row `row`, every lane with the row's argmax
 // and request (see the accept notes above). Lane j < 16 reads slot j while lane 0's ticket add
 // is in flight, so the last arrival usually has the bonus row's slot when the add returns; a
-// slot a lane read stale is read again. One slot a lane keeps the registers of the one-CTA-a-
-// row kernel at two CTAs an SM.
+// slot a lane read stale is read again. One slot a lane, where one thread held all 16.
 __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const RowRequest& q) {
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int b = row / a.n, k = row % a.n;

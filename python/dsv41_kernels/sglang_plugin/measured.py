@@ -5,11 +5,12 @@ its reason, until a benchmark shows it winning (``benchmark/``, quoted in
 ``docs/performance.md``). Each entry names the switch, the GPU architecture (compute
 capability major; ``None``: every architecture no other entry of the switch names, because no
 measurement there shows a win), the row range it covers (and, where the call site's second
-dimension decides too, its range) and the figures. Between two measured
-row counts, one a win and one a loss, the entry's range stops at the win: it starts right after
-a win below it and ends right before a win above it. Rows where SGLang's own function cannot
-run on the machine (the combine's 97-4095, ``docs/performance.md``) have no entry: our hook
-runs there.
+dimension decides too, its range) and the figures; an entry with no rows records an
+architecture where the switch measured faster at every size, so that no ``None`` entry covers
+it. Between two measured row counts, one a win and one a loss, the entry's range stops at the
+win: it starts right after a win below it and ends right before a win above it. Rows where
+SGLang's own function cannot run on the machine (the combine's 97-4095,
+``docs/performance.md``) have no entry: our hook runs there.
 ``DSV41_KERNELS_FORCE`` (comma-separated switch names) lifts these refusals, for benchmarks and
 tests that time or check our op in place.
 """
