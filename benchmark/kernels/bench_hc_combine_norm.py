@@ -14,11 +14,11 @@ bit-equal to the pair first. Issue targets on the H200: ours at least 1.15x SGLa
 combine+norm at m = 6, <= 2.4 / 2.6 us at m = 64 / 128.
     python benchmark/kernels/bench_hc_combine_norm.py --json bench_hc_combine_norm.json
 
-``--sweep`` also times the launch shapes of both kernels at m = 6 and 64: the Triton variants
-(warps per row, hardware bf16 rounding), after checking for each that the fused form equals
-the unfused pair bit for bit, that y is batch-invariant (rows alone and in another order give
-the same bits) and within one bf16 ulp of float64; and the CUDA cluster shapes (CTAs per row x
-threads), after checking fused y == unfused y and the e4m3 bytes against the reference
+``--sweep`` also times the launch shapes of both kernels at m = 6, 64, 96, 128 and 192: the
+Triton variants (warps per row, hardware bf16 rounding), after checking for each that the fused
+form equals the unfused pair bit for bit, that y is batch-invariant (rows alone and in another
+order give the same bits) and within one bf16 ulp of float64; and the CUDA cluster shapes (CTAs
+per row x threads), after checking fused y == unfused y and the e4m3 bytes against the reference
 quantizer. A sweep record's ``defects`` lists what failed (empty: all checks pass).
 """
 
@@ -50,11 +50,11 @@ from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_
 from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
 
 EPS = 1e-6
-SWEEP_ROWS = (6, 64)
+SWEEP_ROWS = (6, 64, 96, 128, 192)
 SWEEP_VARIANTS = [
     KernelVariant(num_warps, hw_round) for num_warps in (4, 8, 16) for hw_round in (False, True)
 ]
-SWEEP_CUDA_SHAPES = [(c, t) for c in (1, 2, 4) for t in (128, 160, 256, 320)]
+SWEEP_CUDA_SHAPES = [(c, t) for c in (1, 2, 4) for t in (128, 160, 256, 320, 640)]
 
 
 def shape_of(m: int, h: int) -> str:
@@ -158,7 +158,8 @@ def sweep(h: int, device) -> list[dict]:
 
 def cuda_sweep(h: int, device) -> list[dict]:
     """The CUDA kernel's launch shapes through its shape export (the public ops take the
-    module's default shape, chosen from H: 4 CTAs of 160 threads at H = 5120)."""
+    module's default shape, chosen from H: 4 CTAs of 160 threads at H = 5120, launched as one CTA
+    of 640 threads at 64-192 rows, with the same bits)."""
     module = load_module("hc_combine_norm", device.index or 0)
     records = []
     for m in SWEEP_ROWS:
@@ -194,7 +195,7 @@ def cuda_sweep(h: int, device) -> list[dict]:
 
 def main() -> None:
     p = parser(__doc__)
-    p.add_argument("--rows", default="1,6,8,64,128")
+    p.add_argument("--rows", default="1,6,8,64,96,128,192")
     p.add_argument("--hidden", type=int, default=5120)
     p.add_argument("--sweep", action="store_true", help="also time the launch variants")
     args = p.parse_args()

@@ -78,16 +78,23 @@ constexpr int kMaxRows = 1 << 24;
 // keep a CTA within kDefaultMaxThreads threads (H = 5120: 4 CTAs of 160 threads, 8 values each).
 constexpr int kDefaultCluster = 4;
 constexpr int kDefaultMaxThreads = 256;
-// The most rows whose grid lets the next launch start early (one wave by the calculator too). On
-// the H200 the early start measured faster up to 96 rows (1.60-2.53 us against 1.85-2.61) and
-// slower at 128 (3.34 against 2.83: 512 CTAs in clusters of 4, which the occupancy test let
-// through).
-constexpr int kEarlyStartMaxRows = 96;
+// The most row CTAs (rows x cluster, padding CTAs aside) whose grid lets the next launch start
+// early (one wave by the calculator too). On the H200 the early start measured faster up to 96 rows
+// in clusters of 4 (1.60-2.53 us against 1.85-2.61) and slower at 128 (3.34 against 2.83: 512 CTAs,
+// which the occupancy test let through).
+constexpr int kEarlyStartMaxRowCtas = 384;
+// Rows [kOneCtaMinRows, kOneCtaMaxRows] take one CTA a row where the default is a cluster of C
+// CTAs with one vector a thread in whole warps: the same threads own the same vectors and the
+// same warp sums fill the same slots, so y has the same bits, without the cluster's launch and
+// exchange (H200, H = 5120: 2.16 / 2.29 / 2.61 / 3.29 us at 64 / 96 / 128 / 192 rows against
+// 2.28 / 2.54 / 2.95 / 3.37 in clusters of 4; at 6 rows the cluster was faster).
+constexpr int kOneCtaMinRows = 64;
+constexpr int kOneCtaMaxRows = 192;
 constexpr uint32_t kRcp448 = 0x3B124925u;  // rcp.approx.ftz(448) = RN(1/448)
 constexpr uint32_t kBf16CanonicalNan = 0x7FC07FC0u;
 
 // The most threads a CTA may have for ITEMS vectors a thread (its register budget).
-constexpr int max_threads(int items) { return items <= 2 ? 512 : 256; }
+constexpr int max_threads(int items) { return items == 1 ? 1024 : items == 2 ? 512 : 256; }
 
 struct Params {
   const uint16_t* x;  // bf16 bits
@@ -424,7 +431,7 @@ void launch(Params p, int threads, cudaStream_t stream) {
   const int pad_ctas =
       QUANTIZE && p.rows % 128 != 0 ? ((words + per_cta - 1) / per_cta + C - 1) / C * C : 0;
   const int ctas = p.rows * C + pad_ctas;
-  p.one_wave = p.rows <= kEarlyStartMaxRows &&
+  p.one_wave = p.rows * C <= kEarlyStartMaxRowCtas &&
                one_wave(hc_combine_norm_kernel<C, ITEMS, QUANTIZE>, ctas, threads, 0, C);
   launch_in_clusters("hc_combine_norm", hc_combine_norm_kernel<C, ITEMS, QUANTIZE>,
                      dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), C,
@@ -502,13 +509,23 @@ void run(TensorView x, TensorView pre, TensorView weight, TensorView y, TensorVi
 // x bf16 [m, 4H], pre fp32 [m, 4], weight bf16 [H] contiguous -> y bf16 [m, H]; with quantize
 // also data (1-byte view of e4m3) [m, H] and scales (1-byte, rup(m,128)·rup(H/32,4), 128x4
 // swizzled). data and scales are not read without quantize. The default launch shape (see
-// kDefaultCluster) depends on H only.
+// kDefaultCluster) depends on H only; rows [kOneCtaMinRows, kOneCtaMaxRows] may launch it as one
+// CTA a row, with the same bits.
 void hc_combine_norm_cuda(TensorView x, TensorView pre, TensorView weight, TensorView y,
                           TensorView data, TensorView scales, double eps, bool quantize) {
+  const int64_t m = x.ndim() == 2 ? x.size(0) : 0;
   const int64_t h = x.ndim() == 2 ? x.size(1) / kStreams : 0;
   int64_t cluster = kDefaultCluster;
   while (cluster > 1 && h % (int64_t{kBlock} * cluster) != 0) cluster /= 2;
-  run(x, pre, weight, y, data, scales, eps, quantize, cluster, 0);
+  const int64_t cta_vecs = h / cluster / kVec;
+  const bool one_cta = cluster > 1 && m >= kOneCtaMinRows && m <= kOneCtaMaxRows &&
+                       cta_vecs <= kDefaultMaxThreads && cta_vecs % 32 == 0 &&
+                       h / kVec <= max_threads(1);
+  if (one_cta) {
+    run(x, pre, weight, y, data, scales, eps, quantize, 1, h / kVec);
+  } else {
+    run(x, pre, weight, y, data, scales, eps, quantize, cluster, 0);
+  }
 }
 
 // The same with an explicit launch shape (cluster 1, 2 or 4; threads a multiple of 32, 0 for

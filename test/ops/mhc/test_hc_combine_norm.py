@@ -10,10 +10,11 @@ from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_combine_norm import (
     beyond_one_bf16_ulp,
     example_inputs,
+    mxfp8_outputs,
     triton_forms,
     unfused,
 )
-from dsv41_kernels.jit import module_available, sm_major
+from dsv41_kernels.jit import load_module, module_available, sm_major
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
     CUDA_CLUSTER,
     TRITON,
@@ -379,13 +380,33 @@ def test_gpu_rows_are_batch_invariant():
     for h in (4096, 5120):
         x, pre, weight = _gpu_case(300, h, 1.0, seed=h)
         whole = hc_combine_norm_mxfp8(x, pre, weight, EPS)
-        for start, stop in [(0, 1), (5, 6), (299, 300), (0, 6), (3, 11), (100, 228), (130, 300)]:
+        # Slices of 64-192 rows take one CTA a row, the whole batch clusters of CTAs.
+        slices = [(0, 1), (5, 6), (299, 300), (0, 6), (3, 11), (0, 64), (100, 228), (8, 200)]
+        for start, stop in slices + [(130, 300)]:
             part = hc_combine_norm_mxfp8(x[start:stop], pre[start:stop], weight, EPS)
             assert_bits_equal(part[0], whole[0][start:stop])
             assert_bits_equal(part[1].data, whole[1].data[start:stop])
             assert_bits_equal(
                 hc_combine_norm(x[start:stop], pre[start:stop], weight, EPS), whole[0][start:stop]
             )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and sm_major(0) >= 9 and module_available("hc_combine_norm", 0)),
+    reason="the CUDA cluster kernel needs sm_90+ and its module (prebuilt, or a toolchain)",
+)
+def test_gpu_one_cta_a_row_has_the_bits_of_the_cluster():
+    module = load_module("hc_combine_norm", 0)
+    for m, h in ((64, 5120), (128, 5120), (192, 5120), (97, 4096)):
+        x, pre, weight = _gpu_case(m, h, 1.0, seed=m + h, specials=m == 97)
+        default = hc_combine_norm_mxfp8(x, pre, weight, EPS)
+        y, quantized = mxfp8_outputs(m, h, "cuda")
+        outputs = (y, quantized.data.view(torch.uint8), quantized.scales)
+        # The default shape, launched as it is below 64 rows: 4 CTAs of one vector a thread.
+        module.hc_combine_norm_cuda_shape(x, pre, weight, *outputs, EPS, True, 4, h // 32)
+        assert_bits_equal(default, (y, quantized))
+        assert_bits_equal(hc_combine_norm(x, pre, weight, EPS), y)
 
 
 @pytest.mark.gpu
