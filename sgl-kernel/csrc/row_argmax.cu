@@ -29,6 +29,11 @@
 // holds this generation, the previous one or -1, so a stale value is never taken for a fresh
 // one. About one round trip to L2 is the accept's critical path; no fences; the
 // kernel stays reentrant on a stream and CUDA-graph safe.
+//
+// Launch: both kernels are programmatic dependent launches (as SGLang's own kernels on Hopper):
+// every CTA waits for the previous kernel before its first global access, and a grid of one wave
+// lets the next launch start at once (the ticket and slots of the accept are thus read only
+// after the previous launch has completed).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -237,7 +242,8 @@ __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const
 template <typename T, int THREADS, int ITEMS, bool ACCEPT>
 __global__ void __launch_bounds__(THREADS)
     row_argmax_cluster_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
-                              int64_t* __restrict__ out, const __grid_constant__ AcceptParams a) {
+                              int64_t* __restrict__ out, const __grid_constant__ AcceptParams a,
+                              bool early_start) {
   constexpr int kVec = kVecOf<T>;
   constexpr int kWarps = THREADS / 32;
   constexpr int kChunk = THREADS * kVec * ITEMS;
@@ -256,6 +262,8 @@ __global__ void __launch_bounds__(THREADS)
     expect_bytes(&arrived, static_cast<uint32_t>(ranks * kWarps * sizeof(uint64_t)));
   }
   cluster_arrive_relaxed();
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (early_start) allow_next_grid();
 
   const T* x = logits + static_cast<int64_t>(row) * row_stride;
   const int begin = rank * kChunk;
@@ -354,12 +362,15 @@ __global__ void __launch_bounds__(THREADS)
 template <typename T, int THREADS, int UNROLL, bool ACCEPT>
 __global__ void __launch_bounds__(THREADS, kRowBlocksPerSM<THREADS, UNROLL>)
     row_argmax_rows_kernel(const T* __restrict__ logits, int64_t row_stride, int vocab,
-                           int64_t* __restrict__ out, const __grid_constant__ AcceptParams a) {
+                           int64_t* __restrict__ out, const __grid_constant__ AcceptParams a,
+                           bool early_start) {
   constexpr int kVec = kVecOf<T>;
   constexpr int kWarps = THREADS / 32;
   constexpr int kBatch = THREADS * UNROLL;
   static_assert(kWarps <= 32, "one warp reduces the warp winners");
   __shared__ uint64_t warp_winners[kWarps];
+  wait_for_previous_grid();  // a dependent launch: no global access before
+  if (early_start) allow_next_grid();
 
   const int tid = threadIdx.x;
   const int row = blockIdx.x;
@@ -444,18 +455,21 @@ void launch_items(const TensorView& logits, int64_t* out, const AcceptParams& a,
     set_attribute_at_least<kernel, cudaFuncAttributeNonPortableClusterSizeAllowed>(
         1, logits.device().device_id, "row_argmax");
   }
+  const bool early_start = one_wave(kernel, int64_t{rows} * cluster, THREADS, 0, cluster);
   launch_in_clusters("row_argmax", kernel, dim3(cluster, rows), dim3(THREADS), cluster,
-                     /*dependent=*/false, stream, data_as<const T>(logits), logits.stride(0), vocab,
-                     out, a);
+                     /*dependent=*/true, stream, data_as<const T>(logits), logits.stride(0), vocab,
+                     out, a, early_start);
 }
 
 template <typename T, int THREADS, int UNROLL, bool ACCEPT>
 void launch_rows(const TensorView& logits, int64_t* out, const AcceptParams& a,
                  cudaStream_t stream) {
-  launch_in_clusters("row_argmax", row_argmax_rows_kernel<T, THREADS, UNROLL, ACCEPT>,
-                     dim3(static_cast<unsigned>(logits.size(0))), dim3(THREADS), /*cluster=*/0,
-                     /*dependent=*/false, stream, data_as<const T>(logits), logits.stride(0),
-                     static_cast<int>(logits.size(1)), out, a);
+  constexpr auto kernel = row_argmax_rows_kernel<T, THREADS, UNROLL, ACCEPT>;
+  const bool early_start = one_wave(kernel, logits.size(0), THREADS);
+  launch_in_clusters("row_argmax", kernel, dim3(static_cast<unsigned>(logits.size(0))),
+                     dim3(THREADS), /*cluster=*/0, /*dependent=*/true, stream,
+                     data_as<const T>(logits), logits.stride(0), static_cast<int>(logits.size(1)),
+                     out, a, early_start);
 }
 
 // The argmax: one CTA a row where that kernel wins (kRowKernelMinRows). Otherwise clusters of
