@@ -31,9 +31,10 @@
 // kernel stays reentrant on a stream and CUDA-graph safe.
 //
 // Launch: both kernels are programmatic dependent launches (as SGLang's own kernels on Hopper):
-// every CTA waits for the previous kernel before its first global access, and a grid of one wave
-// lets the next launch start at once (the ticket and slots of the accept are thus read only
-// after the previous launch has completed).
+// every CTA waits for the previous kernel before its first global access (so the accept reads
+// its tickets and slots only once the previous launch has completed), and a cluster grid of one
+// wave lets the next launch start at once; a one-CTA-a-row grid only when it leaves the GPU
+// almost full (kRowEarlyStartMaxIdle).
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -70,6 +71,11 @@ constexpr int kRowUnroll = 2;
 // (kRowUnroll) a thread's 32 registers hold two batches of 2 vectors, 128 KiB an SM in flight,
 // at one CTA an SM the same shape would hold half that.
 constexpr int kRowDeepUnroll = 4;
+// The one-CTA-a-row grid lets the next launch start early only while it leaves at most this
+// many CTA slots of the GPU idle: on the H200 (session 15) the next grid's CTAs started early on
+// idle SMs made 96 rows (36 SMs idle) 1.58x and 192 rows (72 slots) 1.18x slower, where 128 and
+// 256 rows (4 and 8 idle) measured 0.47 us faster and the same.
+constexpr int64_t kRowEarlyStartMaxIdle = 8;
 // The op's shape at two CTAs an SM, so that 256 rows are one wave, the accept's too (which
 // without the bound took 46 registers a thread, one CTA an SM); the sweep's shapes unbounded.
 template <int THREADS, int UNROLL>
@@ -465,7 +471,8 @@ template <typename T, int THREADS, int UNROLL, bool ACCEPT>
 void launch_rows(const TensorView& logits, int64_t* out, const AcceptParams& a,
                  cudaStream_t stream) {
   constexpr auto kernel = row_argmax_rows_kernel<T, THREADS, UNROLL, ACCEPT>;
-  const bool early_start = one_wave(kernel, logits.size(0), THREADS);
+  const int64_t idle = resident_ctas(kernel, THREADS, 0, 0) - logits.size(0);
+  const bool early_start = idle >= 0 && idle <= kRowEarlyStartMaxIdle;
   launch_in_clusters("row_argmax", kernel, dim3(static_cast<unsigned>(logits.size(0))),
                      dim3(THREADS), /*cluster=*/0, /*dependent=*/true, stream,
                      data_as<const T>(logits), logits.stride(0), static_cast<int>(logits.size(1)),
