@@ -86,8 +86,8 @@ constexpr int kEarlyStartMaxRowCtas = 384;
 // Rows [kOneCtaMinRows, kOneCtaMaxRows] take one CTA a row where the default is a cluster of C
 // CTAs with one vector a thread in whole warps: the same threads own the same vectors and the
 // same warp sums fill the same slots, so y has the same bits, without the cluster's launch and
-// exchange (H200, H = 5120: 2.16 / 2.29 / 2.61 / 3.29 us at 64 / 96 / 128 / 192 rows against
-// 2.28 / 2.54 / 2.95 / 3.37 in clusters of 4; at 6 rows the cluster was faster).
+// exchange (H200, H = 5120, session 15's sweep: 2.23 / 2.39 / 2.58 / 3.27 us at 64 / 96 / 128 /
+// 192 rows against 2.28 / 2.56 / 2.95 / 3.39 in clusters of 4; at 6 rows 1.90 against 1.67).
 constexpr int kOneCtaMinRows = 64;
 constexpr int kOneCtaMaxRows = 192;
 constexpr uint32_t kRcp448 = 0x3B124925u;  // rcp.approx.ftz(448) = RN(1/448)
