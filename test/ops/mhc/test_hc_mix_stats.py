@@ -217,18 +217,26 @@ def test_launch_shapes_fit_grid_limits_up_to_65536_rows(path):
 
 
 def test_cuda_launch_shapes():
-    """The CUDA projection's rows a CTA and slices (H200, K = 20480): 128 rows two CTAs an SM,
-    or with wgmma from WGMMA_WIDE_ROWS rows 256 rows one CTA an SM; the table is checked."""
+    """The CUDA projection's rows a CTA, slices and finisher rows (H200, K = 20480): 128 rows
+    two CTAs an SM; with wgmma one CTA an SM from 256 rows: 128 rows a CTA in
+    WGMMA_ONE_WAVE_ROWS (at least 4 finisher rows, every slice in one finisher step), 256 above;
+    the table is checked."""
     shape = lambda m, wgmma: split_k_config("compensated", m, 20480, 132, cuda=True, wgmma=wgmma)
-    assert [(c.block_m, c.splits) for c in (shape(512, True), shape(1023, True))] == [
-        (128, 66),
-        (128, 33),
-    ]
-    assert [(shape(m, True).block_m, shape(m, True).splits) for m in (1024, 4096, 16384)] == [
-        (256, 33),
-        (256, 8),
-        (256, 2),
-    ]
+    table = {
+        128: (128, 128, 1),
+        255: (128, 128, 1),
+        256: (128, 64, 4),
+        512: (128, 33, 4),
+        1024: (128, 16, 8),
+        1025: (256, 26, 8),
+        2048: (256, 16, 16),
+        4096: (256, 8, 32),
+        16384: (256, 2, 32),
+    }
+    for m, want in table.items():
+        cfg = shape(m, True)
+        assert (cfg.block_m, cfg.splits, cfg.finish_rows) == want, m
+    assert shape(512, False).splits == 66 and shape(512, False).finish_rows == 2
     assert shape(4096, False).block_m == 128 and shape(4096, False).splits == 8
     for m in (128, 1024, 65536):
         for wgmma in (False, True):

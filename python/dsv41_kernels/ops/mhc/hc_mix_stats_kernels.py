@@ -28,9 +28,13 @@ _GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
 _COMPENSATED_COLUMNS = 64  # Triton's partials [hi (24) | 0 (8) | lo (24) | 0 (8)]: one N tile
 _LO_COLUMN = 32
 _MAX_SPLITS = 256
-_FINISH_TILE = 128
+_FINISH_PAIRS = 128
 """(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
 at 4 warps, so a step's loads are all in flight at once without spilling."""
+_FINISH_PAIRS_FEW_ROWS = 256
+"""The same with the CUDA projection's 32 columns at up to 8 rows a program, so one step takes
+every slice of the one-wave shapes (H200, docs/results/h200/session16: faster there; at 16 and
+32 rows a program 256 pairs were slower, 34.9 against 32.9 us at 2048 rows)."""
 _FINISH_WARPS = 4
 _PREFETCH_STEPS = 4
 """How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
@@ -50,9 +54,12 @@ portable cluster size). A row tile's slices are one cluster, and the H200 does n
 cluster of 4 or 8 at once where the default shapes ask for them: 4096 rows (16 clusters of 8)
 took 88.6 us fused against 54.3 for the two launches, 8192 (32 of 4) 161.6 against 96.1, a
 second wave each (docs/results/h200/session9). From 16384 rows (1-2 slices) it is faster."""
-WGMMA_WIDE_ROWS = 1024
-"""From this many rows the wgmma projection takes 256 rows a CTA, one CTA an SM; otherwise 128
-rows, two CTAs an SM (H200, session 8: each within 4 % of the best shape swept, 512-65536 rows)."""
+WGMMA_ONE_WAVE_ROWS = (256, 1024)
+"""In this range of rows the wgmma projection takes 128 rows a CTA, one CTA an SM (about
+``num_sms`` CTAs, fewer and longer K slices); above, 256 rows one CTA an SM; below, 128 rows two
+CTAs an SM. H200, the whole op (docs/results/h200/session16, A/B in one process): 10.5 / 11.9 /
+13.0 / 16.1 / 19.6 us at 256 / 384 / 512 / 768 / 1024 rows against 11.7 / 13.6 / 14.5 / 18.3 /
+20.1 for the shapes before; at 1536 and 2048 rows 256 rows a CTA stayed faster."""
 
 
 def uses_wgmma(device: torch.device) -> bool:
@@ -106,9 +113,10 @@ def split_k_config(
     """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
 
     ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
-    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 512 rows -> 4 tiles x 66
-    slices); with ``wgmma`` from :data:`WGMMA_WIDE_ROWS` rows 256 rows a CTA, one an SM
-    (4096 rows -> 16 tiles x 8 slices; 16384 -> 64 x 2). Only ``block_m`` (the rows a CTA),
+    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 128 rows -> 1 tile x 128
+    slices); with ``wgmma`` one CTA an SM from 256 rows (:data:`WGMMA_ONE_WAVE_ROWS`: 128 rows
+    a CTA to 1024 rows, 512 -> 4 tiles x 33 slices, at most the slices of one finisher step;
+    256 rows above, 4096 -> 16 x 8, 16384 -> 64 x 2). Only ``block_m`` (the rows a CTA),
     ``splits`` and ``finish_rows`` apply to it.
 
     The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
@@ -124,7 +132,12 @@ def split_k_config(
     finish_rows = triton.next_power_of_2(triton.cdiv(m, num_sms))
     finish_rows = max(1, min(32, finish_rows if m >= 1024 else finish_rows // 2))
     if cuda and path == "compensated":
-        rows, per_sm = (256, 1) if wgmma and m >= WGMMA_WIDE_ROWS else (128, 2)
+        low, high = WGMMA_ONE_WAVE_ROWS
+        if wgmma and low <= m <= high:  # every slice in one finisher step, >= 4 rows a program
+            finish_rows = max(4, triton.next_power_of_2(triton.cdiv(m, num_sms)))
+            fill = min(num_sms // triton.cdiv(m, 128), _FINISH_PAIRS_FEW_ROWS // finish_rows)
+            return SplitKConfig(128, 64, max(1, min(fill, k // 64)), 8, 4, finish_rows)
+        rows, per_sm = (256, 1) if wgmma and m > high else (128, 2)
         fill = per_sm * num_sms // max(1, triton.cdiv(m, rows))
         splits = max(1, min(fill, 128, k // 64))
         return SplitKConfig(rows, 64, splits, 8, 4, finish_rows)
@@ -502,9 +515,9 @@ def launch(
         module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, wgmma, cfg.block_m)
     else:
         _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
-    slices_per_step = min(
-        triton.next_power_of_2(cfg.splits), max(1, _FINISH_TILE // cfg.finish_rows)
-    )
+    few_rows = part_n == _GATE_COLUMNS and cfg.finish_rows <= 8
+    pairs = _FINISH_PAIRS_FEW_ROWS if few_rows else _FINISH_PAIRS
+    slices_per_step = min(triton.next_power_of_2(cfg.splits), max(1, pairs // cfg.finish_rows))
     with serialized():
         _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
             partial,
