@@ -32,9 +32,10 @@ _FINISH_PAIRS = 128
 """(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
 at 4 warps, so a step's loads are all in flight at once without spilling."""
 _FINISH_PAIRS_FEW_ROWS = 256
-"""The same with the CUDA projection's 32 columns at up to 8 rows a program, so one step takes
-every slice of the one-wave shapes (H200, docs/results/h200/session16: faster there; at 16 and
-32 rows a program 256 pairs were slower, 34.9 against 32.9 us at 2048 rows)."""
+"""The same with 32-column partials (the CUDA projection's, Triton's single pass) at up to 8
+rows a program, so one step takes every slice of the one-wave shapes (H200,
+docs/results/h200/session16: faster there; at 16 and 32 rows a program 256 pairs were slower,
+34.9 against 32.9 us at 2048 rows)."""
 _FINISH_WARPS = 4
 _PREFETCH_STEPS = 4
 """How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
@@ -57,9 +58,9 @@ second wave each (docs/results/h200/session9). From 16384 rows (1-2 slices) it i
 WGMMA_ONE_WAVE_ROWS = (256, 1024)
 """In this range of rows the wgmma projection takes 128 rows a CTA, one CTA an SM (about
 ``num_sms`` CTAs, fewer and longer K slices); above, 256 rows one CTA an SM; below, 128 rows two
-CTAs an SM. H200, the whole op (docs/results/h200/session16, A/B in one process): 10.5 / 11.9 /
-13.0 / 16.1 / 19.6 us at 256 / 384 / 512 / 768 / 1024 rows against 11.7 / 13.6 / 14.5 / 18.3 /
-20.1 for the shapes before; at 1536 and 2048 rows 256 rows a CTA stayed faster."""
+CTAs an SM. H200, the whole op (docs/results/h200/session16/call5, A/B in one process): 10.5 /
+12.0 / 12.9 / 16.1 / 19.4 us at 256 / 384 / 512 / 768 / 1024 rows against 11.6 / 13.6 / 14.5 /
+18.3 / 20.1 for the shapes before; at 1536 and 2048 rows 256 rows a CTA stayed faster."""
 
 
 def uses_wgmma(device: torch.device) -> bool:
