@@ -135,9 +135,10 @@ def split_k_config(
     if cuda and path == "compensated":
         low, high = WGMMA_ONE_WAVE_ROWS
         if wgmma and low <= m <= high:  # every slice in one finisher step, >= 4 rows a program
-            finish_rows = max(4, min(32, rows_an_sm))
-            one_step = _finish_step_slices(finish_rows, _GATE_COLUMNS)
-            fill = min(num_sms // triton.cdiv(m, 128), one_step)
+            finish_rows = max(4, rows_an_sm)
+            # One finisher step where it has <= 8 rows a program (132 SMs: every m here). With
+            # fewer SMs (16+ rows a program) the step is smaller, but a cap from it would idle SMs.
+            fill = min(num_sms // triton.cdiv(m, 128), _FINISH_PAIRS_FEW_ROWS // finish_rows)
             return SplitKConfig(128, 64, max(1, min(fill, k // 64)), 8, 4, finish_rows)
         rows, per_sm = (256, 1) if wgmma and m > high else (128, 2)
         fill = per_sm * num_sms // max(1, triton.cdiv(m, rows))
@@ -152,13 +153,6 @@ def split_k_config(
     fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
     splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
     return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
-
-
-def _finish_step_slices(finish_rows: int, part_n: int) -> int:
-    """The most slices one finisher step takes at ``finish_rows`` rows a program and ``part_n``
-    partial columns (:data:`_FINISH_PAIRS`, :data:`_FINISH_PAIRS_FEW_ROWS`)."""
-    few_rows = part_n == _GATE_COLUMNS and finish_rows <= 8
-    return max(1, (_FINISH_PAIRS_FEW_ROWS if few_rows else _FINISH_PAIRS) // finish_rows)
 
 
 def num_sms(device: torch.device) -> int:
@@ -524,9 +518,9 @@ def launch(
         module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, wgmma, cfg.block_m)
     else:
         _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
-    slices_per_step = min(
-        triton.next_power_of_2(cfg.splits), _finish_step_slices(cfg.finish_rows, part_n)
-    )
+    few_rows = part_n == _GATE_COLUMNS and cfg.finish_rows <= 8
+    pairs = _FINISH_PAIRS_FEW_ROWS if few_rows else _FINISH_PAIRS
+    slices_per_step = min(triton.next_power_of_2(cfg.splits), max(1, pairs // cfg.finish_rows))
     with serialized():
         _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
             partial,
