@@ -253,18 +253,3 @@ def test_toolchain_and_cuda_home_follow_one_rule(monkeypatch, tmp_path):
         assert jit.cuda_home() == str(tmp_path) and jit.toolchain_available()
     finally:
         jit.toolchain_available.cache_clear()
-
-
-def test_dependent_launches_only_where_the_gpu_has_them(monkeypatch):
-    """PDL on compiled kernels of sm_90+ NVIDIA GPUs only; one wave by the light-kernel bound."""
-    assert not jit.dependent_launch(torch.device("cpu"))
-    monkeypatch.setattr(jit, "device_capability", lambda index: (9, 0))
-    monkeypatch.setattr("dsv41_kernels.interpreter.RUNS_IN_INTERPRETER", False)
-    monkeypatch.setattr(torch.version, "hip", None)
-    assert jit.dependent_launch("cuda:0")
-    monkeypatch.setattr(jit, "device_capability", lambda index: (8, 0))
-    assert not jit.dependent_launch("cuda:0")
-    monkeypatch.setattr(jit, "multiprocessors", lambda index: 132)
-    limit = jit.RESIDENT_WARPS_PER_SM * 132
-    assert jit.one_wave(limit, 1, "cuda:0") and not jit.one_wave(limit + 1, 1, "cuda:0")
-    assert jit.one_wave(limit // 4, 4, "cuda:0") and not jit.one_wave(limit // 4 + 1, 4, "cuda:0")

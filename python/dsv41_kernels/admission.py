@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -31,12 +32,16 @@ from dsv41_kernels.jit import module_available
 class Admission:
     """``ok``: the kernel path is taken; ``reason``: why, in a few words; ``kernel``: which
     kernel runs (the op's own name for it, e.g. ``"triton"``), None when refused; ``module``:
-    the CUDA module that kernel loads (``sgl-kernel/csrc/<module>.cu``), None for the others."""
+    the CUDA module that kernel loads (``sgl-kernel/csrc/<module>.cu``), None for the others;
+    ``plan``: what the launcher runs, as the op's own typed value (a frozen dataclass naming
+    the kernel and its launch shape), chosen here once and never re-derived by the launcher.
+    None when refused."""
 
     ok: bool
     reason: str
     kernel: str | None = None
     module: str | None = None
+    plan: Any = None
 
     def __bool__(self) -> bool:
         return self.ok
@@ -46,8 +51,10 @@ class Admission:
         return "kernel" if self.ok else "fallback"
 
 
-def admit(kernel: str, reason: str | None = None, module: str | None = None) -> Admission:
-    return Admission(True, kernel if reason is None else reason, kernel, module)
+def admit(
+    kernel: str, reason: str | None = None, module: str | None = None, plan: Any = None
+) -> Admission:
+    return Admission(True, kernel if reason is None else reason, kernel, module, plan)
 
 
 def refuse(reason: str) -> Admission:

@@ -223,7 +223,7 @@ def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
     bound of the reference and no farther from it than SGLang's fast-math kernel, and the
     packed ids are the op's own packing of its ids and weights."""
     from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, fp32_ulp_distance
-    from dsv41_kernels.jit import sm_major
+    from dsv41_kernels.devices import sm_major
     from dsv41_kernels.reference.moe_router import pack_topk
 
     on_sm90 = sm_major(torch.cuda.current_device()) == 9

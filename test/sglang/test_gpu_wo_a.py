@@ -158,7 +158,7 @@ def test_hooked_output_path_equals_sglangs(plugin, fired, tp, tokens):
 def test_hook_declines_where_sglangs_chain_measured_faster(plugin, fired, monkeypatch):
     """Unforced on the H200 at TP 1: ours at 96 tokens, SGLang's chain at 97 and 384 (measured
     faster at 384: ``sglang_plugin.measured``); SGLang's bits either way."""
-    from dsv41_kernels.jit import sm_major
+    from dsv41_kernels.devices import sm_major
 
     if sm_major(torch.cuda.current_device()) != 9:
         pytest.skip("measured on the H200 only")

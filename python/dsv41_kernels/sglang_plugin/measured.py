@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from dsv41_kernels.admission import Admission, refuse
-from dsv41_kernels.jit import sm_major
+from dsv41_kernels.devices import sm_major
 
 FORCE_ENV = "DSV41_KERNELS_FORCE"
 

@@ -22,7 +22,7 @@ import torch
 from sglang.srt.plugins.hook_registry import HookType
 
 from dsv41_kernels.admission import Admission, admit, refuse
-from dsv41_kernels.jit import sm_major
+from dsv41_kernels.devices import sm_major
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
     DecodingSchedConfig,
     decoding_sched_meta,

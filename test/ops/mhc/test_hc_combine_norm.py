@@ -14,7 +14,8 @@ from dsv41_kernels.cases.hc_combine_norm import (
     triton_forms,
     unfused,
 )
-from dsv41_kernels.jit import load_module, module_available, sm_major
+from dsv41_kernels.devices import sm_major
+from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
     CUDA_CLUSTER,
     TRITON,

@@ -11,7 +11,8 @@ from dsv41_kernels.cases.hc_mix_stats import (
     single_pass_tf32,
     stats_mismatches,
 )
-from dsv41_kernels.jit import load_module, module_available, sm_major
+from dsv41_kernels.devices import sm_major
+from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.jit import module_available, sm_major
+from dsv41_kernels.devices import sm_major
+from dsv41_kernels.jit import module_available
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy,
     accept_greedy_admission,

@@ -69,8 +69,9 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
+from dsv41_kernels.devices import device_capability, one_wave
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import device_capability, load_module, one_wave
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.quantization.mxfp8_encode import e4m3_rne_satfinite
 from dsv41_kernels.reference.inverse_rope_quant import (
     AMAX_FLOOR_BITS,
@@ -417,7 +418,7 @@ def launch_cuda(
     """The CUDA kernel on admitted arguments with at least one token (``tables_ready``: as in
     :func:`inverse_rope_quant_fp8`; ``warps``: per CTA, 1, 2,
     4 or 8, 0 for its default; ``groups``: per warp, 1, 2 or 4, 0 for one while a warp a group
-    is surely resident at once (:func:`dsv41_kernels.jit.one_wave`, a bound below the kernel's
+    is surely resident at once (:func:`dsv41_kernels.devices.one_wave`, a bound below the kernel's
     own occupancy) and :data:`CUDA_GROUPS_PER_WARP` beyond; tuning: every shape gives the same
     bits)."""
     tokens = o.shape[0]

@@ -72,8 +72,9 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
+from dsv41_kernels.devices import sm_major
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.jit import load_module, sm_major
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.quantization.mxfp8_encode import (
     bf16_bits_to_f32,
     mxfp8_encode_blocks,

@@ -19,8 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
+from dsv41_kernels.devices import cuda_index, multiprocessors, sm_major
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import cuda_index, load_module, multiprocessors, sm_major
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_derived_weights import TF32_DROPPED_BITS
 from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
 

@@ -42,7 +42,8 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
-from dsv41_kernels.jit import load_module, sm_major
+from dsv41_kernels.devices import sm_major
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
