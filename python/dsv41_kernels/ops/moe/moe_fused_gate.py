@@ -54,15 +54,9 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
+from dsv41_kernels.devices import cuda_index, dependent_launch, multiprocessors, one_wave, sm_major
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import (
-    cuda_index,
-    dependent_launch,
-    load_module,
-    multiprocessors,
-    one_wave,
-    sm_major,
-)
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.reference.moe_router import SOFTPLUS_THRESHOLD, vision_topk
 from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
 
