@@ -172,8 +172,8 @@ def test_pack_topk_and_split_tf32_have_rows(capsys):
 
 
 def test_check_warns_about_nothing(capsys):
-    """The interpreter's numpy arithmetic raised "invalid value encountered in multiply" on
-    the MXFP8 cases' Inf blocks; the kernel now selects instead of multiplying."""
+    """Every op's check cases, Inf and NaN inputs included, reach the caller without numpy's
+    RuntimeWarnings: the interpreter computes in numpy, where ``inf * 0`` warns."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        assert cli.main(["check", "--ops", "mxfp8_quantize,hc_combine_norm_mxfp8"]) == 0
+        assert cli.main(["check"]) == 0
