@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from dsv41_kernels.interpreter import kernels_interpreted
+from dsv41_kernels.interpreter import interpreter_unusable, kernels_interpreted
 
 PROBE = """
 import contextlib, io, json, os, sys
@@ -72,3 +72,29 @@ def test_the_answer_is_tritons(monkeypatch):
     for value, interpreted in SPELLINGS.items():
         monkeypatch.setenv("TRITON_INTERPRET", value)
         assert kernels_interpreted() is interpreted
+
+
+@pytest.mark.parametrize(
+    "triton_version, numpy_version, unusable",
+    [("3.6.0", "2.4.6", True), ("3.6.0", "2.3.5", False), ("3.7.1", "2.4.6", False)]
+    + [("3.9.0", "2.3.5", False), ("3.6.0+git1234", "2.4.0rc1", True)],
+)
+def test_the_interpreter_known_to_fail_is_named(triton_version, numpy_version, unusable):
+    reason = interpreter_unusable(triton_version, numpy_version)
+    assert (reason is not None) == unusable
+    if unusable:
+        assert triton_version in reason and numpy_version in reason
+
+
+def test_an_unusable_interpreter_sends_the_ops_to_their_fallback(monkeypatch):
+    """Triton 3.6 with numpy 2.4 raised TypeError inside a third of the kernels; the ops now
+    refuse the interpreter there, saying why, and run their exact torch fallbacks."""
+    from dsv41_kernels import admission
+    from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
+
+    monkeypatch.setattr(admission, "triton_interpreter", lambda: True)
+    monkeypatch.setattr(admission, "interpreter_unusable", lambda: "triton 3.6.0 fails")
+    logits = torch.randn(3, 5000)
+    verdict = row_argmax_admission(logits)
+    assert not verdict.ok and "triton 3.6.0 fails" in verdict.reason
+    assert torch.equal(row_argmax(logits), torch.argmax(logits, -1))

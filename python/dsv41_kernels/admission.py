@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dsv41_kernels.interpreter import triton_interpreter
+from dsv41_kernels.interpreter import interpreter_unusable, triton_interpreter
 from dsv41_kernels.jit import module_available
 
 
@@ -71,7 +71,8 @@ def triton_device(t: torch.Tensor) -> Admission:
     if t.is_cuda:
         return admit("triton", "cuda")
     if t.device.type == "cpu" and triton_interpreter():
-        return admit("triton", "triton interpreter")
+        unusable = interpreter_unusable()
+        return refuse(unusable) if unusable else admit("triton", "triton interpreter")
     return refuse(f"{t.device.type} tensor without a Triton device")
 
 

@@ -43,6 +43,25 @@ def triton_interpreter() -> bool:
     return RUNS_IN_INTERPRETER
 
 
+def _release(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def interpreter_unusable(
+    triton_version: str = triton.__version__, numpy_version: str = np.__version__
+) -> str | None:
+    """Why this Triton's interpreter cannot run the kernels, or None. Triton 3.6's interpreter
+    converts arrays to Python scalars the way numpy 2.4 no longer allows (``TypeError: only
+    0-dimensional arrays ...`` in a third of the kernels); 3.7 does not."""
+    if _release(triton_version) < (3, 7) and _release(numpy_version) >= (2, 4):
+        return (
+            f"triton {triton_version}'s interpreter fails on numpy {numpy_version} "
+            "(triton >= 3.7 or numpy < 2.4 runs it)"
+        )
+    return None
+
+
 @contextlib.contextmanager
 def serialized() -> Iterator[None]:
     """Hold the interpreter's turn for a launch (a no-op for compiled kernels). The interpreter
