@@ -48,6 +48,13 @@ def test_the_wheel_holds_the_sources_and_every_prebuilt_module(wheel, prebuilt_m
     }
 
 
+def test_the_wheel_carries_the_license(wheel):
+    archive = zipfile.ZipFile(wheel)
+    (metadata,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+    assert "License-File: LICENSE" in archive.read(metadata).decode()
+    assert any(n.endswith("/licenses/LICENSE") for n in archive.namelist())
+
+
 def test_the_modules_need_no_newer_libraries_than_the_tag(prebuilt_modules):
     for file in prebuilt_modules:
         listing = subprocess.run(
