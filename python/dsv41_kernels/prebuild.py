@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 from dsv41_kernels import jit
@@ -97,15 +97,21 @@ def prebuild(
         cuda, tvm_ffi = cuda_version(), jit.tvm_ffi_version()
         # fork: the workers share this process's paths; nothing here has touched CUDA
         context = multiprocessing.get_context("fork")
+        jobs = jobs or os.cpu_count()
+        # A line when the builds start and one as each ends: a wheel build is otherwise silent
+        # for minutes (pip shows it with -v).
+        log(f"prebuild: building {len(missing)} modules with {jobs} jobs")
         with (
             tempfile.TemporaryDirectory() as scratch,
-            ProcessPoolExecutor(jobs or os.cpu_count(), mp_context=context) as pool,
+            ProcessPoolExecutor(jobs, mp_context=context) as pool,
         ):
-            builds = {f: pool.submit(_build, *wanted[f], f"{scratch}/{f}") for f in missing}
-            for file, build in builds.items():
+            builds = {pool.submit(_build, *wanted[f], f"{scratch}/{f}"): f for f in missing}
+            for done, build in enumerate(as_completed(builds), 1):
+                file = builds[build]
                 library, seconds = build.result()
-                shutil.copyfile(library, out / file)
                 name, arch = wanted[file]
+                log(f"prebuild: [{done}/{len(missing)}] {name} {jit.sm_name(arch)} {seconds:.0f} s")
+                shutil.copyfile(library, out / file)
                 entries[file] = {
                     "module": name,
                     "arch": arch,
