@@ -3,12 +3,13 @@
 The figures that decide each hook's default (``dsv41_kernels.sglang_plugin.measured``: a hook
 declines where it measured slower than SGLang's own function). Each call site is driven as its
 callers drive it, with SGLang's dispatch for DeepSeek-V4.1 on the GPU at hand; the
-``sglang-0.5.23`` arm takes our hooks out, the ``dsv41-kernels`` arm forces ours
+``sglang-0.5.23`` arm takes our hooks out, the ``ours`` arm forces ours
 (``DSV41_KERNELS_FORCE=all``) so both are timed at every row count. CUDA-graph replay,
 median. Rows are the row counts the call sites see: 6 per request at verify for the accept,
-the tokens of a forward for the mHC and the router, 6 per request for the scheduler.
+the tokens of a forward for the mHC and the router, 6 per request for the scheduler. A record's
+``op`` is the op the hook runs, ``call_site`` SGLang's function, ``rows`` its row count.
 
-    python -m benchmark.call_sites --json $OUT/call_sites.json [--sites accept,combine]
+    python -m benchmark.call_sites --record [--sites accept_greedy,hc_combine_norm] [--json PATH]
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import os
 import sys
 
 import torch
-from benchmark.kernels.common import SGLANG_ARM, record
+from benchmark import record as results
+from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record
 from test.sglang import callers
 
 from dsv41_kernels.timing import graph_time_us
 
-ARMS = (SGLANG_ARM, "dsv41-kernels")
+ARMS = (SGLANG_ARM, OURS_ARM)
 ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
 ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 192, 256) + (512, 1024, 2048, 4096, 8192)
@@ -54,7 +56,7 @@ def accept_cases(device):
         )
         run = lambda kwargs=kwargs: dspark_accept.AcceptGreedy.execute(**kwargs)
         patch = (dspark_accept, ())
-        yield "accept", f"bs {bs} x 6, vocab 129280", bs * callers.VERIFY_ROWS, run, patch
+        yield "accept_greedy", f"bs {bs} x 6, vocab 129280", bs * callers.VERIFY_ROWS, run, patch
 
 
 def argmax_cases(device):
@@ -74,7 +76,7 @@ def mhc_cases(device, site):
     for rows in MHC_ROWS:
         gen = torch.Generator().manual_seed(rows)
         x = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().to(device)
-        if site == "mix_stats":
+        if site == "hc_mix_stats":
             run = lambda x=x: mhc.mix_stats(hc, x)
             patch = (mhc, ("_mix_stats_impl",))
         else:
@@ -95,7 +97,8 @@ def router_cases(device):
         logits = torch.randn(tokens, callers.EXPERTS, generator=gen).to(device)
         ids = ids.to(device)
         run = lambda logits=logits, ids=ids: deepseek_v2.vision_topk(moe, logits, ids)
-        yield "router", f"T {tokens}, E 384, top-6", tokens, run, (deepseek_v2, ("vision_topk",))
+        patch = (deepseek_v2, ("vision_topk",))
+        yield "moe_fused_gate", f"T {tokens}, E 384, top-6", tokens, run, patch
 
 
 def sched_cases(device):
@@ -110,7 +113,8 @@ def sched_cases(device):
             callers.sglang_decode(decoder, step, metadata, ours=True)
 
         patch = (decoder.backend, ("_maybe_precompute_flashmla_sched_meta",))
-        yield "sched", f"FlashMLA decode + schedule, b {b}, top-k 128+512", b, run, patch
+        shape = f"FlashMLA decode + schedule, b {b}, top-k 128+512"
+        yield "decoding_sched_meta", shape, b, run, patch
 
 
 def wo_a_cases(device):
@@ -125,24 +129,35 @@ def wo_a_cases(device):
             )
             patch = (deepseek_v4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8"))
             shape = f"T {tokens}, TP {tp}: o [{tokens}, {64 // tp}, 512], G {8 // tp}"
-            yield "wo_a", shape, tokens, run, patch
+            yield "inverse_rope_quant_fp8", shape, tokens, run, patch
 
 
 SITES = {
-    "accept": accept_cases,
+    "accept_greedy": accept_cases,
     "row_argmax": argmax_cases,
-    "mix_stats": lambda device: mhc_cases(device, "mix_stats"),
-    "combine": lambda device: mhc_cases(device, "combine"),
-    "router": router_cases,
-    "sched": sched_cases,
-    "wo_a": wo_a_cases,
+    "hc_mix_stats": lambda device: mhc_cases(device, "hc_mix_stats"),
+    "hc_combine_norm": lambda device: mhc_cases(device, "hc_combine_norm"),
+    "moe_fused_gate": router_cases,
+    "decoding_sched_meta": sched_cases,
+    "inverse_rope_quant_fp8": wo_a_cases,
 }
+CALL_SITES = {
+    "accept_greedy": "dspark_accept.AcceptGreedy.execute(fused_argmax=True)",
+    "row_argmax": "dspark_accept._row_argmax(fused=True)",
+    "hc_mix_stats": "deepseek_v4_mhc.mix_stats",
+    "hc_combine_norm": "deepseek_v4_mhc.combine",
+    "moe_fused_gate": "deepseek_v2.vision_topk",
+    "decoding_sched_meta": "FlashMLA decode with its schedule (the backend's precompute)",
+    "inverse_rope_quant_fp8": "MQALayer's inverse RoPE and FP8 quantizer before wo_a",
+}
+"""Each op's SGLang 0.5.23 call site, as the records and the report name it."""
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the records here")
-    parser.add_argument("--sites", default=",".join(SITES), help="comma-separated call sites")
+    results.add_argument(parser)
+    parser.add_argument("--sites", default=",".join(SITES), help="comma-separated ops")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("call_sites needs a CUDA GPU")
@@ -160,7 +175,7 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     records = []
     print(f"{name}: SGLang 0.5.23's call sites, its function against ours (CUDA-graph medians, us)")
-    print(f"{'site':<10} {'shape':<44} {'sglang-0.5.23':>14} {'dsv41-kernels':>14} {'ratio':>6}")
+    print(f"{'op':<22} {'shape':<44} {'sglang-0.5.23':>14} {'ours':>14} {'ratio':>6}")
     for site in args.sites.split(","):
         for op, shape, rows, run, (module, names) in SITES[site](device):
             times = {}
@@ -181,14 +196,19 @@ def main() -> None:
                         raise
                     times[arm] = None
                     print(f"  {op} {shape} [{arm}]: {type(e).__name__}: {e}", file=sys.stderr)
-                records.append(record(op, shape, arm, times[arm], rows=rows))
-            base, ours = times[SGLANG_ARM], times["dsv41-kernels"]
+                fields = {"call_site": CALL_SITES[site], "rows": rows}
+                if op == "inverse_rope_quant_fp8":
+                    fields["series"] = shape.split(":")[0].split(", ")[1]  # "TP 4"
+                records.append(record(op, shape, arm, times[arm], **fields))
+            base, ours = times[SGLANG_ARM], times[OURS_ARM]
             fmt = lambda us: "-" if us is None else f"{us:.2f}"
             ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"
-            print(f"{op:<10} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True)
+            print(f"{op:<22} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "records": records}, f, indent=2)
+    if args.record is not None:
+        results.append(records, args.record)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """The first call of each op that runs a CUDA module, in fresh processes started at once.
 
 A server process pays, on its first call of such an op, for getting the module: a load of the
-prebuilt file, a load from the just-in-time cache, or a build (6-16 s a module on an H200, in
-every process of a TP group at once). Each process here takes every op's first
+prebuilt file, a load from the just-in-time cache, or a build (seconds a module, in every
+process of a TP group at once). Each process here takes every op's first
 check case that runs a CUDA module (``dsv41-kernels check``'s shapes) and times the module's
 load (:func:`dsv41_kernels.jit.load_module`, once per module and process: an op whose module
 an earlier op loaded shows ~0), then the first call and a second one. The parent starts

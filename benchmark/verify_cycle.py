@@ -25,16 +25,20 @@ attention output -> wo_a       40    ``MQALayer.forward``'s inverse RoPE and FP8
 ==========================  =======  ===========================================================
 
 Arms: ``sglang-0.5.23`` runs each call site with our hooks taken out (SGLang's functions, as a
-server without the plugin runs them); ``dsv41-kernels`` runs the same call sites with the plugin
-on, as it decides by default (a hook that measured slower declines: the router). Each group and
-the whole cycle are captured in one CUDA graph each and timed by replay (median); the saving
-per cycle is printed per call site and in total. The FlashMLA rows include the sparse decode
-itself in both arms (the schedule is computed inside FlashMLA's call when SGLang leaves it
-empty, as on SM90), so their difference is the scheduler's saving.
+server without the plugin runs them); ``ours`` runs the same call sites with the plugin on, as
+it decides by default (a hook that measured slower declines). Each group and the whole cycle
+are captured in one CUDA graph each and timed by replay (median); the saving per cycle is
+printed per call site and in total. The FlashMLA rows include the sparse decode itself in both
+arms (the schedule is computed inside FlashMLA's call when SGLang leaves it empty, as on SM90),
+so their difference is the scheduler's saving.
 
-Run from the repository root where SGLang 0.5.23 imports (benchmark/sglang_env on the H200):
+A record per group and arm: ``op`` the op the group's hook runs, ``call_site`` the group,
+``per_cycle`` its calls a cycle, ``us`` the group's time a cycle; then :data:`WHOLE_CYCLE`'s
+(``groups``: the ops whose groups ran in both arms, all in one graph).
 
-    python -m benchmark.verify_cycle --json $OUT/verify_cycle.json
+Run from the repository root where SGLang 0.5.23 imports (tools/sglang_env on the H200):
+
+    python -m benchmark.verify_cycle --record [--json PATH]
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ import os
 import sys
 
 import torch
-from benchmark.kernels.common import SGLANG_ARM, record
+from benchmark import record as results
+from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record
 from test.sglang import callers
 
 from dsv41_kernels.timing import graph_time_us
@@ -54,8 +59,8 @@ LAYERS = 40
 MIX_STATS_PER_CYCLE = 2 * LAYERS
 COMBINES_PER_CYCLE = 2 * LAYERS - 1
 SCHEDULES = ((128, 0), (128, 512), (128, 64))  # (SWA top-k, extra top-k): c0, c4, c128
-ARMS = (SGLANG_ARM, "dsv41-kernels")
-WHOLE_CYCLE = "verify cycle (the groups above that ran in both arms, one graph)"
+ARMS = (SGLANG_ARM, OURS_ARM)
+WHOLE_CYCLE = "verify cycle"
 
 
 def accept_group(device):
@@ -181,6 +186,7 @@ def with_sglang_functions(run, patch):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the records here")
+    results.add_argument(parser)
     parser.add_argument("--repeats", type=int, default=20, help="timed graph replays")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -196,16 +202,21 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     layers = mhc_layers(device)
     groups = [
-        ("greedy accept", 1, *accept_group(device)),
-        ("mHC mix_stats", MIX_STATS_PER_CYCLE, *mix_stats_group(device, layers)),
-        ("mHC combine + RMSNorm", COMBINES_PER_CYCLE, *combine_group(device, layers)),
-        ("FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
-        ("vision router", LAYERS, *router_group(device)),
-        ("attention output -> FP8 wo_a", LAYERS, *wo_a_group(device)),
+        ("accept_greedy", "greedy accept", 1, *accept_group(device)),
+        ("hc_mix_stats", "mHC mix_stats", MIX_STATS_PER_CYCLE, *mix_stats_group(device, layers)),
+        (
+            "hc_combine_norm",
+            "mHC combine + RMSNorm",
+            COMBINES_PER_CYCLE,
+            *combine_group(device, layers),
+        ),
+        ("decoding_sched_meta", "FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
+        ("moe_fused_gate", "vision router", LAYERS, *router_group(device)),
+        ("inverse_rope_quant_fp8", "attention output -> FP8 wo_a", LAYERS, *wo_a_group(device)),
     ]
-    records, runnable = [], []
-    for op, count, run, patch, shape in groups:
-        arms = {SGLANG_ARM: with_sglang_functions(run, patch), "dsv41-kernels": run}
+    records, runnable, ran = [], [], []
+    for op, site, count, run, patch, shape in groups:
+        arms = {SGLANG_ARM: with_sglang_functions(run, patch), OURS_ARM: run}
         times = {}
         for arm, fn in arms.items():
             try:
@@ -215,26 +226,29 @@ def main() -> None:
                     raise
                 times[arm] = None
                 print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
-            records.append(record(op, shape, arm, times[arm], per_cycle=count))
+            records.append(record(op, shape, arm, times[arm], call_site=site, per_cycle=count))
         if all(t is not None for t in times.values()):
             runnable.append(arms)
+            ran.append(op)
     whole = {
         arm: graph_time_us(lambda arm=arm: [g[arm]() for g in runnable], inner=1,
                            repeats=args.repeats)
         for arm in ARMS
     }  # fmt: skip
+    shape = "BS 1, 6 verify rows, 40 layers"
     for arm in ARMS:
-        records.append(record(WHOLE_CYCLE, "-", arm, whole[arm], per_cycle=1))
+        fields = {"call_site": "the groups that ran in both arms, one graph", "groups": ran}
+        records.append(record(WHOLE_CYCLE, shape, arm, whole[arm], per_cycle=1, **fields))
     from dsv41_kernels.sglang_plugin import fire_counts
 
     print(f"{name}, DeepSeek-V4.1-Flash verify cycle at BS=1, per-cycle counts from the call chain")
-    print(f"{'call site':<62} {'x':>3} {'sglang-0.5.23':>14} {'dsv41-kernels':>14} {'saving':>8}")
+    print(f"{'call site':<62} {'x':>3} {'sglang-0.5.23':>14} {'ours':>14} {'saving':>8}")
     for i in range(0, len(records), 2):
         base, ours = records[i], records[i + 1]
         saving = "-" if None in (base["us"], ours["us"]) else f"{base['us'] - ours['us']:8.2f}"
         fmt = lambda us: "not run" if us is None else f"{us:.2f}"
         print(
-            f"{base['op'][:62]:<62} {base['per_cycle']:>3} {fmt(base['us']):>14} "
+            f"{base['call_site'][:62]:<62} {base['per_cycle']:>3} {fmt(base['us']):>14} "
             f"{fmt(ours['us']):>14} {saving:>8}"
         )
     print(f"fire counts (captures and eager calls): {json.dumps(fire_counts())}")
@@ -242,6 +256,8 @@ def main() -> None:
         with open(args.json, "w") as f:
             json.dump({"device": name, "records": records, "fire_counts": fire_counts()}, f,
                       indent=2)  # fmt: skip
+    if args.record is not None:
+        results.append(records, args.record)
 
 
 if __name__ == "__main__":

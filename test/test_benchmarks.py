@@ -2,17 +2,20 @@
 
 The benchmarks themselves need a GPU (``benchmark/run_gpu.sh``); here each one is imported as
 the script would run it (its folder first on the path, which is how ``import common`` resolves),
-so a renamed op or a moved helper fails in CI, not on the H200.
+so a renamed op or a moved helper fails in CI, not on the H200. ``--record`` is checked here
+end to end: the records it appends keep the schema and carry the run's metadata.
 """
 
 from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
 import pytest
+from benchmark import record as results
 
 KERNELS = Path(__file__).resolve().parents[1] / "benchmark" / "kernels"
 SCRIPTS = sorted(p.stem for p in KERNELS.glob("bench_*.py"))
@@ -70,3 +73,68 @@ def test_first_call_summary_over_processes():
     assert (row["max_load_s"], row["max_first_ms"], row["median_second_ms"]) == (9.0, 2.0, 0.04)
     line = first_call.table([row]).splitlines()[1]
     assert line.split()[:4] == ["row_argmax", "row_argmax", "built", "now,"]
+
+
+@pytest.fixture
+def common(on_script_path, monkeypatch):
+    module = importlib.import_module("common")
+    monkeypatch.setattr(module._Parser, "record_to", None)  # what a parse leaves behind
+    return module
+
+
+def test_device_slug():
+    assert results.device_slug("NVIDIA H200") == "h200"
+    assert results.device_slug("NVIDIA H100 80GB HBM3") == "h100_80gb_hbm3"
+    assert results.device_slug("cpu") == "cpu"
+
+
+def test_record_appends_the_schema_and_the_metadata(common, tmp_path, capsys):
+    path = tmp_path / "r" / "cpu.jsonl"
+    args = common.parser("x").parse_args(["--record", str(path), "--json", str(tmp_path / "j")])
+    assert args.record == path
+    records = [common.record("op_a", "[6x8]", common.OURS_ARM, 2.0, exact=True)]
+    common.report(records, args.json)
+    common.report(records, None)  # a second run appends
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 2 and "appended 1 records" in capsys.readouterr().out
+    r = lines[0]
+    assert set(common.KEYS) | set(results.META_KEYS) <= set(r)
+    assert (r["op"], r["us"], r["exact"], r["device"]) == ("op_a", 2.0, True, "cpu")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", r["date"])
+    assert r["torch"] and r["python"] and r["command"].startswith("python ")
+    assert r["sm"] is None and r["cuda"] is None  # a CPU build of torch, no GPU
+    assert re.fullmatch(r"[0-9a-f]{7,}(\+dirty)?|\d+\.\d+\.\d+.*", r["commit"])
+
+
+def test_record_without_a_path_goes_to_the_devices_file(common, tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    args = common.parser("x").parse_args(["--record"])
+    assert args.record is True
+    common.report([common.record("op_a", "[1]", "ours", 1.0)], None)
+    assert [p.name for p in tmp_path.iterdir()] == ["cpu.jsonl"]
+
+
+def test_no_record_without_the_flag(common, tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    common.parser("x").parse_args([])
+    common.report([common.record("op_a", "[1]", "ours", 1.0)], None)
+    assert not list(tmp_path.iterdir())
+
+
+def test_commit_outside_a_checkout(monkeypatch, tmp_path):
+    monkeypatch.setattr(results, "ROOT", tmp_path)  # no .git there
+    monkeypatch.setenv("DSV41_KERNELS_COMMIT", "abc1234+dirty")
+    assert results.commit() == "abc1234+dirty"
+    monkeypatch.delenv("DSV41_KERNELS_COMMIT")
+    from dsv41_kernels import __version__
+
+    assert results.commit() == __version__
+
+
+@pytest.mark.parametrize("module", ["call_sites", "verify_cycle"])
+def test_call_site_benchmarks_take_record(module, monkeypatch):
+    bench = importlib.import_module(f"benchmark.{module}")
+    monkeypatch.setattr(sys, "argv", [module, "--record", "x.jsonl", "--json", "x.json"])
+    monkeypatch.setattr(bench.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA GPU"):  # the arguments parsed
+        bench.main()

@@ -13,9 +13,11 @@ A record is one timing, a flat dict with at least
 and then the op's exactness fields (``exact``: bitwise equal to the reference or to the arm it
 replaces; or a measure such as ``mix_rel_err``) and whatever else the benchmark keeps
 (``kernel``, ``defects``, ...). :func:`report` prints the table (with ``speedup`` against a
-baseline arm of the same op and shape) and writes ``{"records": [...]}`` as JSON.
+baseline arm of the same op and shape), writes ``{"records": [...]}`` as JSON (``--json PATH``)
+and appends the records with the run's metadata to the results file (``--record [PATH]``:
+``benchmark/record.py``).
 
-Run a benchmark as a script (``python benchmark/kernels/bench_row_argmax.py --json out.json``):
+Run a benchmark as a script (``python benchmark/kernels/bench_row_argmax.py --record``):
 Python puts this folder first on the path, which is how ``import common`` resolves.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -31,8 +34,14 @@ import torch
 
 from dsv41_kernels.timing import graph_time_us
 
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # run as a script: benchmark.record
+    sys.path.append(str(Path(__file__).resolve().parents[2]))
+from benchmark import record as results  # noqa: E402
+
 SGLANG_ARM = "sglang-0.5.23"
 """The arm name of SGLang's own kernel for the same call, wherever it imports."""
+OURS_ARM = "ours"
+"""The arm name of this library's op as it runs by default."""
 KEYS = ("op", "shape", "arm", "us", "device")
 
 
@@ -75,10 +84,23 @@ def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:
     return timed(op, shape, SGLANG_ARM, run, **fields)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Keeps the parsed ``--record`` for :func:`report`, so a benchmark passes only ``--json``."""
+
+    record_to: Path | bool | None = None
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, rest = super().parse_known_args(args, namespace)
+        _Parser.record_to = parsed.record
+        return parsed, rest
+
+
 def parser(description: str | None) -> argparse.ArgumentParser:
-    """The arguments every benchmark takes (``--json PATH``); add the op's own."""
-    p = argparse.ArgumentParser(description=description)
+    """The arguments every benchmark takes (``--json PATH``, ``--record [PATH]``); add the
+    op's own."""
+    p = _Parser(description=description)
     p.add_argument("--json", type=Path, help="write the records here")
+    results.add_argument(p)
     return p
 
 
@@ -122,8 +144,11 @@ def write_json(path: Path, records: list[dict]) -> None:
 
 
 def report(records: list[dict], json_path: Path | None, *, baseline: str | None = None) -> None:
-    """Print the table under a line naming the device and the timing; write the JSON."""
+    """Print the table under a line naming the device and the timing; write the JSON; with
+    ``--record``, append the records to the results file."""
     print(f"{device_name()}: CUDA-graph replay medians, us per call")
     print(table(records, baseline=baseline))
     if json_path is not None:
         write_json(json_path, records)
+    if _Parser.record_to is not None:
+        results.append(records, _Parser.record_to)
