@@ -2,7 +2,7 @@
 # The CPU-side proof (README.md, "Proof on a CPU machine"): a venv resembling the GPU machine's
 # package set, the same carry (cp311 wheels) and stand-ins through the same scripts, then every
 # module imported (plain and --fake-cuda) and the plugin's CPU tests.
-#   bash benchmark/sglang_env/cpu_proof.sh [VENV]       (default /tmp/sglang_env_proof_venv)
+#   bash tools/sglang_env/cpu_proof.sh [VENV]       (default /tmp/sglang_env_proof_venv)
 # TRITON=3.9.0 runs the tests with CI's Triton instead of the GPU machine's 3.6.0.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

@@ -1,6 +1,6 @@
 """Import every SGLang module the GPU tests and benchmarks use, under the activated environment.
 
-    source benchmark/sglang_env/activate.sh && python3 benchmark/sglang_env/check_imports.py
+    source tools/sglang_env/activate.sh && python3 tools/sglang_env/check_imports.py
 
 Prints one line per module (ok, or the error), then where SGLang was imported from, which
 stand-ins were imported (importing one is expected; using one raises StandInUsed), and whether

@@ -37,7 +37,7 @@ with contextlib.suppress(ImportError):  # a Python without _lzma: _unpack runs x
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 # Left out of SGLang's source: the Rust extensions (46 MB). No module on the paths this
-# environment serves imports them (benchmark/sglang_env/README.md, "What is carried").
+# environment serves imports them (tools/sglang_env/README.md, "What is carried").
 SGLANG_DROP = (
     "sglang/srt/rust_extensions/_bench.",
     "sglang/srt/rust_extensions/_grpc.",
@@ -273,7 +273,7 @@ def activate(args: list[str]) -> None:
     env_dir, tl_dir, site, standin_src = map(pathlib.Path, args[:4])
     t0 = time.time()
     if not (env_dir / "MANIFEST.txt").is_file():
-        die(f"{env_dir} is not here: run benchmark/sglang_env/build.sh, and carry it")
+        die(f"{env_dir} is not here: run tools/sglang_env/build.sh, and carry it")
     key = _verify_manifest(env_dir)
     stamp = site / ".sglang_env.stamp"
     state = json.loads(stamp.read_text()) if stamp.is_file() else {}
@@ -321,7 +321,7 @@ def activate(args: list[str]) -> None:
     tl_line = (
         f"tilelang 0.1.12 + z3 {tl}"
         if tl != "absent"
-        else "tilelang ABSENT (stage .sglang_env_tl first: benchmark/sglang_env/README.md; "
+        else "tilelang ABSENT (stage .sglang_env_tl first: tools/sglang_env/README.md; "
         "SGLang's tilelang kernels, hc_split_sinkhorn among them, raise ImportError)"
     )
     print(

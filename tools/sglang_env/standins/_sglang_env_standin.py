@@ -27,7 +27,7 @@ class StandInUsed(BaseException):
 
 def _used(qualname: str, what: str):
     raise StandInUsed(
-        f"{qualname}: {what} a stand-in (benchmark/sglang_env/standins); the real "
+        f"{qualname}: {what} a stand-in (tools/sglang_env/standins); the real "
         f"'{qualname.split('.')[0]}' is not on this machine, so this path cannot run here"
     )
 
@@ -112,7 +112,7 @@ def populate(namespace: dict, names: str) -> None:
             raise AttributeError(name)
         raise AttributeError(
             f"stand-in module {module!r} has no attribute {name!r} (it exports only what "
-            f"SGLang references and the real package defines: benchmark/sglang_env/standins)"
+            f"SGLang references and the real package defines: tools/sglang_env/standins)"
         )
 
     namespace["__getattr__"] = __getattr__

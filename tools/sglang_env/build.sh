@@ -2,14 +2,14 @@
 # Build the carry folders that make SGLang 0.5.23's own, unmodified code importable and runnable
 # on the GPU test machine (Python 3.12, torch 2.11, no network). Runs here, with PyPI reachable.
 #
-#   bash benchmark/sglang_env/build.sh            # .sglang_env/ (cp312) and .sglang_env_tl/
-#   PYTHON_VERSION=3.11 bash benchmark/sglang_env/build.sh   # .sglang_env_py311/ for the CPU proof
+#   bash tools/sglang_env/build.sh            # .sglang_env/ (cp312) and .sglang_env_tl/
+#   PYTHON_VERSION=3.11 bash tools/sglang_env/build.sh   # .sglang_env_py311/ for the CPU proof
 #
 # .sglang_env/     real wheels + SGLang's source (tar.xz, byte for byte, Rust extensions left out)
 # .sglang_env_tl/  tilelang 0.1.12 + z3-solver 4.15.4.0, repacked (staged in a run of its own)
 # Wheels are taken from SGLANG_ENV_WHEELHOUSE (a folder of cp312 wheels, optional) or the cache
 # (SGLANG_ENV_CACHE, default ~/.cache/dsv41-kernels/sglang_env), else downloaded from PyPI.
-# Idempotent; fails loudly. What is carried and why: benchmark/sglang_env/README.md.
+# Idempotent; fails loudly. What is carried and why: tools/sglang_env/README.md.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
