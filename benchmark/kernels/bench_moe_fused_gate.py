@@ -28,12 +28,13 @@ from common import SGLANG_ARM, parser, report, sglang_arm, sglang_function, time
 
 from dsv41_kernels.admission import admit
 from dsv41_kernels.ops.moe.moe_fused_gate import (
-    TRITON,
+    Kernel,
     moe_fused_gate,
     moe_fused_gate_admission,
-    pack_topk,
+    triton_plan,
 )
-from dsv41_kernels.reference.moe_router import pack_topk as pack_topk_reference
+from dsv41_kernels.ops.moe.pack_topk import pack_topk
+from dsv41_kernels.reference.moe_fused_gate import pack_topk as pack_topk_reference
 
 IMAGE_TOKEN_ID = 129264
 RENORMALIZE_EPSILON = 1e-20  # SGLang 0.5.23's _RENORMALIZE_SUM_EPSILON, which vision_topk passes
@@ -90,7 +91,8 @@ def bench(
     def packed_router():
         moe_fused_gate(logits, bias, packed_out=packed, **routing)
 
-    forced = admit(TRITON, "triton (forced)")
+    forced_plan = triton_plan(logits, top_k)
+    forced = admit(forced_plan.kernel.value, "triton (forced)", plan=forced_plan)
     t_weights, t_ids, t_packed = (
         torch.empty_like(weights),
         torch.empty_like(ids),
@@ -124,7 +126,7 @@ def bench(
             "packed router (triton)",
             triton_router,
             exact=same_as_triton,
-            kernel=TRITON,
+            kernel=Kernel.TRITON.value,
         )
     )
     sglang, why = sglang_function("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate")

@@ -3,10 +3,9 @@
 // the same arithmetic (so the same bits): a CTA a token for a few tokens, 4 warps or a warp a
 // token for more.
 //
-// Why: the Triton router (moe_fused_gate.py) holds 16 values a lane of a 512-wide block for 384
-// experts in one warp, and takes each slot as three scans of all 16 plus three warp reductions;
-// on the H200 its scores and its slots each measured about 0.9 us above the 1.0 us of its loads
-// and stores (session 10, docs/results/h200/session10/call1/logs/router_probe.log).
+// Why: the Triton router (moe_fused_gate_triton.py) holds 16 values a lane of a 512-wide block
+// for 384 experts in one warp, and takes each slot as three scans of all 16 plus three warp
+// reductions; its scores and its slots each cost about as much as its loads and stores.
 //
 // A CTA a token (moe_fused_gate_kernel):
 //   1. one thread an expert scores it and writes its key to shared memory;
@@ -16,25 +15,19 @@
 //   3. warp 0 takes the slots, lane g holding the head of list g and the entry after it: a slot
 //      is two warp reductions over the heads (the largest key, then the lowest expert holding
 //      it), one shuffle for the weight, and the winning lane moving to its next entry by selects.
-// Every shared-memory load is issued well before its first use. On the H200 (session 11,
-// docs/results/h200/session11/call2/logs/router_probe.log, cycles from the wait) a token took
-// ~750 for its loads and math, ~600 for the rank and ~960 for six slots; with the rank's loads
-// and the next entries behind branches, each waiting for the last, the rank took 1040 and the
-// slots 1530 (1.63 against 2.14 us a launch).
+// Every shared-memory load is issued well before its first use: with the rank's loads and the
+// next entries behind branches, each load waited for the last.
 //
 // The list kernel (moe_fused_gate_list_kernel) in two layouts, the list layout (W = 4 warps a
-// token) and the warp layout (W = 1): once there are more tokens than SMs, the CTA
-// layout's idle warps (all but one while the slots are taken) cost SM slots (3.84 against the
-// Triton kernel's 3.41 us at 384 tokens on the H200, session 12). Here the lanes of W warps
+// token) and the warp layout (W = 1): once there are more tokens than SMs, the CTA layout's
+// idle warps (all but one while the slots are taken) cost SM slots. Here the lanes of W warps
 // score a token's members (lane g of warp w: members w + W i of list g, as independent chains;
 // the score is written without branches so they overlap), then warp 0 holds every list in
 // registers (lane g: list g, through shared memory when W > 1) and takes the slots: the same two
 // reductions and shuffle over the lanes' best untaken entries, the winner marking its entry
 // taken and finding its next best by a tree over its registers. The list layout (one token a
 // CTA) from one token an SM, the warp layout (4 or 8 tokens a CTA) once a CTA of each token
-// would crowd the SMs (session 12, docs/results/h200/session12/call3/logs/list_sweep.log: 2.59
-// / 2.77 / 3.27 us at 320 / 512 / 640 tokens with W = 4, 3.78 at 1024 with W = 1, against the
-// Triton kernel's 3.40 / 3.45 / 3.94 / 4.08).
+// would crowd the SMs (the layout by tokens an SM: moe_fused_gate_cuda.py's cuda_layout).
 //
 // Contract (bitwise the Triton kernel's, and so dsv41_kernels.reference.vision_topk's):
 //   score[e]  = sqrt.rn(x > 20 ? x : log1pf(expf(x)))  (the CUDA math library, as torch and
@@ -156,10 +149,9 @@ __device__ __forceinline__ float sqrt_rn_selected(float s) {
 
 // torch's softplus (identity above its threshold 20) through log1p, then an IEEE square root:
 // sqrt.rn(x > 20 ? x : log1pf(expf(x))) of the CUDA math library, bit for bit for every fp32 x
-// (all 2^32 compared on the H200: docs/results/h200/session12/call1/logs/warp_sweep.log). The
-// library's log1pf and sqrt branch to their special cases, and the branches kept a thread's
-// values from interleaving (one dependent chain after another); written without branches, the
-// warp layout's 12 values a lane overlap.
+// (all 2^32 compared on a GPU). The library's log1pf and sqrt branch to their special cases,
+// and the branches kept a thread's values from interleaving (one dependent chain after
+// another); written without branches, the warp layout's 12 values a lane overlap.
 __device__ __forceinline__ float score_of(float x) {
   const float softplus = log1p_of_exp(expf(x));  // expf: the library's, branch-free
   return sqrt_rn_selected(x > kSoftplusThreshold ? x : softplus);
@@ -323,9 +315,8 @@ __device__ __forceinline__ void mark_taken(int (&key)[MEMBERS], int member) {
 // writes the token's row: a slot is the same two reductions and shuffle as in the CTA layout,
 // over each lane's best untaken entry. Each lane finds its best and second best up front (both
 // then marked taken), so a slot's winner moves to its second best by selects; only a lane that
-// wins again runs its tree for the next best (a warp-uniform branch), where every slot ran it
-// before: in the SASS of the warp layout at 12 members a slot took 92 instructions, now 35
-// without the tree.
+// wins again runs its tree for the next best (a warp-uniform branch): a slot without the tree
+// is about a third of the instructions of one with it.
 template <int MEMBERS>
 __device__ __forceinline__ void take_slots(const Params& p, int token, int lane, int64_t limit,
                                            int (&key)[MEMBERS], const float (&score)[MEMBERS]) {
@@ -433,10 +424,7 @@ __global__ void __launch_bounds__(kLists* kMaxWarpTokens)
 // Whether the next launch may start as this one does (griddepcontrol.launch_dependents first
 // thing): when this grid and another of its shape are resident at once, so that a router
 // following it (back to back in a CUDA graph) waits beside it. Past that the next grid's early
-// CTAs took SM slots that its other CTAs then waited for: with the early start the warp layout
-// took 9.34 / 9.40 / 9.53 us at 2304 / 2560 / 3072 tokens back to back against 7.83 / 7.93 /
-// 7.95 without, and 5.71 against 5.96 at 2048, where two grids fit (session 13,
-// docs/results/h200/session13/call1/logs/router_pdl_probe.log).
+// CTAs take SM slots that its other CTAs then wait for, and back-to-back launches run slower.
 template <typename Kernel>
 bool early_start(Kernel kernel, int64_t ctas, int threads) {
   return one_wave(kernel, 2 * ctas, threads);

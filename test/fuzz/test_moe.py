@@ -11,13 +11,9 @@ import torch
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import dsv41_kernels.reference.moe_router as moe_router
-from dsv41_kernels.ops.moe.moe_fused_gate import (
-    moe_fused_gate,
-    moe_fused_gate_admission,
-    pack_topk,
-    pack_topk_admission,
-)
+import dsv41_kernels.reference.moe_fused_gate as reference
+from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
+from dsv41_kernels.ops.moe.pack_topk import pack_topk, pack_topk_admission
 from dsv41_kernels.reference import pack_topk as pack_reference
 from dsv41_kernels.reference import vision_topk
 from test.ops.moe.test_moe_fused_gate import numpy_sqrt_softplus
@@ -64,7 +60,7 @@ def test_moe_fused_gate_is_the_reference_router(data):
     vision = dict(bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE)
     event(moe_fused_gate_admission(logits, bias, **vision, top_k=top_k).path)
     packed = torch.empty(num_tokens, top_k, dtype=torch.int32)
-    with mock.patch.object(moe_router, "sqrt_softplus", numpy_sqrt_softplus):
+    with mock.patch.object(reference, "sqrt_softplus", numpy_sqrt_softplus):
         weights, ids = moe_fused_gate(logits, bias, **vision, **routing, packed_out=packed)
         ref_weights, ref_ids = vision_topk(
             logits, bias, bias_alt, input_ids, **routing, image_token_id=IMAGE

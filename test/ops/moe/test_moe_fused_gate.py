@@ -4,10 +4,18 @@ import numpy as np
 import pytest
 import torch
 
-import dsv41_kernels.reference.moe_router as moe_router
+import dsv41_kernels.reference.moe_fused_gate as reference
 from dsv41_kernels import interpreter
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, check_cases, fp32_ulp_distance
-from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission, pack_topk
+from dsv41_kernels.ops.moe.moe_fused_gate import (
+    Kernel,
+    MoeFusedGatePlan,
+    moe_fused_gate,
+    moe_fused_gate_admission,
+    triton_plan,
+)
+from dsv41_kernels.ops.moe.moe_fused_gate_cuda import CUDA_MAX_TOKENS
 from dsv41_kernels.reference import vision_topk
 from test.machine import needs_kernel
 
@@ -78,7 +86,7 @@ def loop_vision_topk(
 ):
     """One token at a time, Python sorting and numpy fp32 arithmetic (the stated rule)."""
     f32 = np.float32
-    scores = moe_router.sqrt_softplus(logits).numpy()
+    scores = reference.sqrt_softplus(logits).numpy()
     num_tokens, num_experts = scores.shape
     routed = top_k - num_shared_slots
     weights, ids = [], []
@@ -150,62 +158,17 @@ def test_reference_orderings():
     logits = torch.tensor([[0.0, math.inf, math.nan, 5.0, math.nan, -math.inf]])
     _, ids = vision_topk(logits, zero_bias, None, None, image_token_id=None, top_k=4)
     assert ids.tolist() == [[2, 4, 1, 3]]
-    keys = moe_router.rank_keys(torch.tensor([[-0.0, 0.0, -1.0, math.inf, -math.nan]]))
+    keys = reference.rank_keys(torch.tensor([[-0.0, 0.0, -1.0, math.inf, -math.nan]]))
     assert (keys[0, 0] >> 16) == (keys[0, 1] >> 16) and keys[0, 0] > keys[0, 1]
     assert keys[0, 2] < keys[0, 1] < keys[0, 3] < keys[0, 4]
-
-
-# ---- pack_topk ------------------------------------------------------------------------------
-
-
-def unpack(packed):
-    ids = packed >> 16
-    weights = (packed & 0xFFFF).to(torch.int16).view(torch.bfloat16).float()
-    return ids, weights
-
-
-def packing_weights(gen, n):
-    """Random weights plus values on bf16 rounding ties (odd and even kept bit) and specials."""
-    random = torch.rand(n, generator=gen) * torch.exp2(torch.randint(-20, 4, (n,), generator=gen))
-    tie_bits = torch.tensor(
-        [0x3F808000, 0x3F818000, 0x3F80FFFF, 0x7F7FFFFF, 0x00008000, 0x00018000],
-        dtype=torch.int32,
-    )
-    specials = torch.tensor([0.0, -0.0, 1.0, math.inf, -math.inf, math.nan, -math.nan, 1e-40])
-    return torch.cat([random, tie_bits.view(torch.float32), specials])
-
-
-def test_pack_topk_round_trip():
-    gen = torch.Generator().manual_seed(3)
-    weights = packing_weights(gen, 200)
-    ids = torch.randint(-1, 512, weights.shape, generator=gen, dtype=torch.int32)
-    ids, weights = ids.view(-1, 2), weights.view(-1, 2)
-    packed = moe_router.pack_topk(ids, weights)
-    assert packed.dtype == torch.int32 and packed.shape == ids.shape
-    got_ids, got_weights = unpack(packed)
-    assert torch.equal(got_ids, ids)
-    expected = weights.to(torch.bfloat16).float()  # torch's CPU cast rounds to nearest even
-    assert torch.equal(torch.isnan(got_weights), torch.isnan(expected))
-    finite = ~torch.isnan(expected)
-    assert torch.equal(got_weights[finite].view(torch.int32), expected[finite].view(torch.int32))
-    assert ((packed[~finite] & 0xFFFF) == 0x7FC0).all()
-
-
-@needs_kernel
-def test_pack_topk_kernel_matches_reference():
-    gen = torch.Generator().manual_seed(4)
-    weights = packing_weights(gen, 50).view(-1, 2)
-    ids = torch.randint(-1, 400, weights.shape, generator=gen, dtype=torch.int32)
-    ours = pack_topk(ids, weights)
-    assert torch.equal(ours, moe_router.pack_topk(ids, weights))
-    assert pack_topk(ids[:0], weights[:0]).shape == (0, 2)
 
 
 # ---- the Triton kernel under the interpreter ----------------------------------------------
 
 
 def run_both(logits, bias, bias_alt, input_ids, **kwargs):
-    """The kernel without and with ``packed_out``; the two must agree bit for bit."""
+    """The kernel without and with ``packed_out``; the two must agree bit for bit. Returns
+    ``(weights, ids, packed)``."""
     plain = moe_fused_gate(
         logits, bias, bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE, **kwargs
     )
@@ -220,8 +183,8 @@ def run_both(logits, bias, bias_alt, input_ids, **kwargs):
         **kwargs,
     )
     assert_bits_equal((weights, ids), plain)
-    assert torch.equal(packed, moe_router.pack_topk(ids, weights))
-    return weights, ids
+    assert torch.equal(packed, reference.pack_topk(ids, weights))
+    return weights, ids, packed
 
 
 @INF_OVER_INF
@@ -229,7 +192,7 @@ def run_both(logits, bias, bias_alt, input_ids, **kwargs):
 @pytest.mark.parametrize("routing", ROUTINGS)
 def test_kernel_matches_reference_bitwise(routing, monkeypatch):
     """Given the interpreter's scores, selection, sums, divisions and packing are bit-exact."""
-    monkeypatch.setattr(moe_router, "sqrt_softplus", numpy_sqrt_softplus)
+    monkeypatch.setattr(reference, "sqrt_softplus", numpy_sqrt_softplus)
     gen = torch.Generator().manual_seed(11 + routing["top_k"])
     cases = [
         (5, 16, torch.float32, False, None),
@@ -242,7 +205,7 @@ def test_kernel_matches_reference_bitwise(routing, monkeypatch):
             gen, num_tokens, num_experts, dtype=dtype, ties=ties
         )
         kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
-        ours = run_both(logits, bias, bias_alt, input_ids, **kwargs)
+        *ours, _ = run_both(logits, bias, bias_alt, input_ids, **kwargs)
         ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
         assert_bits_equal(ours, ref)
 
@@ -250,7 +213,7 @@ def test_kernel_matches_reference_bitwise(routing, monkeypatch):
 @needs_kernel
 def test_kernel_v41_shape_and_strides(monkeypatch):
     """E = 384, bf16 biases, strided logits (row stride and column stride), int32 input ids."""
-    monkeypatch.setattr(moe_router, "sqrt_softplus", numpy_sqrt_softplus)
+    monkeypatch.setattr(reference, "sqrt_softplus", numpy_sqrt_softplus)
     gen = torch.Generator().manual_seed(5)
     logits, bias, bias_alt, input_ids = make_case(gen, 2, 384)
     wide = torch.zeros(2, 400)
@@ -258,7 +221,7 @@ def test_kernel_v41_shape_and_strides(monkeypatch):
     transposed = logits.t().contiguous().t()
     for view in (wide[:, :384], transposed):
         kwargs = dict(top_k=6, routed_scaling_factor=2.5, scale_on_output=True)
-        ours = run_both(view, bias.bfloat16(), bias_alt.bfloat16(), input_ids.int(), **kwargs)
+        *ours, _ = run_both(view, bias.bfloat16(), bias_alt.bfloat16(), input_ids.int(), **kwargs)
         ref = vision_topk(
             logits, bias.bfloat16(), bias_alt.bfloat16(), input_ids, image_token_id=IMAGE, **kwargs
         )
@@ -315,14 +278,19 @@ def test_fallback_is_the_reference(monkeypatch):
     )
     ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
     assert_bits_equal(ours, ref)
-    assert torch.equal(packed, moe_router.pack_topk(*ref[::-1]))
+    assert torch.equal(packed, reference.pack_topk(*ref[::-1]))
 
 
 @needs_kernel
 def test_admission_reasons():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     logits, bias = torch.zeros(4, 384, device=device), torch.zeros(384, device=device)
-    assert moe_fused_gate_admission(logits, bias, top_k=6)
+    verdict = moe_fused_gate_admission(logits, bias, top_k=6)
+    assert isinstance(verdict.plan, MoeFusedGatePlan), verdict
+    assert verdict.kernel == verdict.plan.kernel.value and verdict.module == verdict.plan.module
+    if device == "cpu":  # the interpreter: the Triton kernel, no dependent launch
+        assert verdict.plan == triton_plan(logits, 6) and verdict.module is None
+        assert not verdict.plan.launch.dependent_launch and not verdict.plan.launch.one_wave
     verdict = moe_fused_gate_admission(logits, bias, top_k=17)
     assert not verdict and "top_k 17" in verdict.reason
     wide = torch.zeros(4, 5000, device=device)
@@ -377,308 +345,6 @@ def test_bad_input_names_the_argument(index):
     kwargs = dict(logits=logits, bias=bias, top_k=6) | change
     with pytest.raises(ValueError, match=match):
         moe_fused_gate(kwargs.pop("logits"), kwargs.pop("bias"), **kwargs)
-
-
-def test_pack_topk_bad_input():
-    with pytest.raises(ValueError, match="^weights shape"):
-        pack_topk(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 4))
-    with pytest.raises(ValueError, match="^ids"):
-        pack_topk(torch.zeros(2, 3), torch.zeros(2, 3))
-
-
-# ---- GPU tier ------------------------------------------------------------------------------
-
-
-def reference_biased(logits, bias, bias_alt, input_ids):
-    scores = moe_router.sqrt_softplus(logits)
-    is_image = (input_ids == IMAGE)[:, None]
-    return scores + torch.where(is_image, bias_alt.float(), bias.float())
-
-
-def compare_to_reference(ours, ref, biased, routed):
-    """(rows whose ids differ only between biased scores within 1 ulp, weight ulp histogram);
-    asserts every other row has equal ids and weights within the stated bound."""
-    weights, ids = ours
-    ref_weights, ref_ids = ref
-    differ = (ids != ref_ids).any(dim=1)
-    near_ties = 0
-    for row in differ.nonzero().flatten().tolist():
-        ours_row, ref_row = ids[row].tolist(), ref_ids[row].tolist()
-        for slot in range(routed):
-            a, b = ours_row[slot], ref_row[slot]
-            if a == b:
-                continue
-            assert 0 <= a < biased.shape[1] and 0 <= b < biased.shape[1], (row, ours_row, ref_row)
-            gap = fp32_ulp_distance(biased[row, a], biased[row, b]).item()
-            assert gap <= 1, f"row {row}: ids {ours_row} vs {ref_row}, biased gap {gap} ulp"
-        near_ties += 1
-    same = ~differ
-    distance = fp32_ulp_distance(weights[same], ref_weights[same])
-    assert int(distance.max().item() if distance.numel() else 0) <= WEIGHT_ULP_BOUND
-    return near_ties, torch.bincount(distance.flatten().cpu(), minlength=WEIGHT_ULP_BOUND + 1)
-
-
-@pytest.mark.gpu
-def test_gpu_random_cases(capsys):
-    """240 cases: E 384/256, T 1..16384, bf16/fp32, image tokens mixed, special values."""
-    device = torch.device("cuda")
-    token_counts = [1, 6, 64, 1024, 16384]
-    gen = torch.Generator().manual_seed(2026)
-    near_ties, histogram, cases = 0, torch.zeros(WEIGHT_ULP_BOUND + 1, dtype=torch.int64), 0
-    for index in range(240):
-        num_experts = (384, 256)[index % 2]
-        num_tokens = token_counts[(index // 2) % 5]
-        routing = ROUTINGS[(index // 10) % 4]
-        dtype = (torch.bfloat16, torch.float32)[(index // 40) % 2]
-        padding = (index // 80) % 3
-        logits, bias, bias_alt, input_ids = make_case(
-            gen,
-            num_tokens,
-            num_experts,
-            dtype=dtype,
-            specials=index % 3 == 0,
-            ties=index % 7 == 0,
-        )
-        logits, bias, bias_alt, input_ids = (
-            t.to(device) for t in (logits, bias, bias_alt, input_ids)
-        )
-        if index % 5 == 4:  # a row-strided view, as a slice of a wider gate output
-            wide = torch.zeros(num_tokens, num_experts + 32, dtype=dtype, device=device)
-            wide[:, :num_experts] = logits
-            logits = wide[:, :num_experts]
-        limit = num_tokens - num_tokens // 4
-        padded = [None, limit, torch.tensor([limit], dtype=torch.int32, device=device)][padding]
-        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
-        assert moe_fused_gate_admission(
-            logits,
-            bias,
-            bias_alt=bias_alt,
-            input_ids=input_ids,
-            top_k=routing["top_k"],
-            num_token_non_padded=padded,
-        )
-        ours = run_both(logits, bias, bias_alt, input_ids, **kwargs)
-        ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
-        biased = reference_biased(logits, bias, bias_alt, input_ids)
-        routed = routing["top_k"] - routing["num_shared_slots"]
-        ties, counts = compare_to_reference(ours, ref, biased, routed)
-        near_ties += ties
-        histogram += counts
-        cases += 1
-    with capsys.disabled():
-        print(
-            f"\nmoe_fused_gate GPU: {cases} cases, {near_ties} rows with ids differing at "
-            f"biased scores within 1 ulp, weight ulp distances {histogram.tolist()}"
-        )
-
-
-def forced_triton(logits, bias, bias_alt, input_ids, **kwargs):
-    """Our Triton kernel, whatever the admission would pick, with packed ids."""
-    from dsv41_kernels.admission import admit
-    from dsv41_kernels.ops.moe.moe_fused_gate import TRITON
-
-    packed = torch.empty(logits.shape[0], kwargs["top_k"], dtype=torch.int32, device=logits.device)
-    weights, ids = moe_fused_gate(
-        logits,
-        bias,
-        bias_alt=bias_alt,
-        input_ids=input_ids,
-        image_token_id=IMAGE,
-        packed_out=packed,
-        admission=admit(TRITON, "forced"),
-        **kwargs,
-    )
-    return weights, ids, packed
-
-
-@pytest.mark.gpu
-def test_gpu_cuda_kernel_equals_triton_kernel():
-    """The CUDA kernel against the Triton one, bit for bit (weights, ids, packed ids): 320
-    cases over E 32..512, T 1..16384, every routing, ties, NaN, ±inf, subnormal scores,
-    strided rows, int32/int64 ids, padding as an int and as a tensor."""
-    from dsv41_kernels.admission import admit
-    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, MODULE, TRITON
-
-    device = torch.device("cuda")
-    # on the H200 (132 SMs): the CTA layout, the list layout, the warp layout by 8 and by 4
-    # tokens a CTA
-    token_counts = [1, 64, 320, 700, 1536, 16384]
-    gen = torch.Generator().manual_seed(2027)
-    for index in range(320):
-        num_experts = (384, 256, 512, 32, 160)[index % 5]
-        num_tokens = token_counts[(index // 5) % 6]
-        routing = ROUTINGS[(index // 20) % 4]
-        padding = (index // 80) % 3
-        logits, bias, bias_alt, input_ids = make_case(
-            gen, num_tokens, num_experts, specials=index % 3 != 2, ties=index % 5 == 0
-        )
-        if index % 11 == 3:  # a row of scores in exp's subnormal range
-            logits[-1] = -100.0 + 12.0 * torch.rand(num_experts, generator=gen)
-        if index % 2:
-            input_ids = input_ids.int()
-        logits, bias, bias_alt, input_ids = (
-            t.to(device) for t in (logits, bias, bias_alt, input_ids)
-        )
-        if index % 7 == 4:  # a row-strided view at an odd offset, as a slice of a wider output
-            wide = torch.zeros(num_tokens, num_experts + 32, device=device)
-            wide[:, 3 : 3 + num_experts] = logits
-            logits = wide[:, 3 : 3 + num_experts]
-        limit = num_tokens - num_tokens // 4
-        padded = [None, limit, torch.tensor([limit], dtype=torch.int32, device=device)][padding]
-        no_alt = index % 13 == 7
-        alt, ids_in = (None, None) if no_alt else (bias_alt, input_ids)
-        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
-        admission = moe_fused_gate_admission(
-            logits,
-            bias,
-            bias_alt=alt,
-            input_ids=ids_in,
-            top_k=routing["top_k"],
-            num_token_non_padded=padded,
-        )
-        assert admission.kernel == (CUDA if num_tokens <= CUDA_MAX_TOKENS else TRITON), admission
-        cuda = admit(CUDA, "forced", MODULE)
-        ours = run_both(logits, bias, alt, ids_in, admission=cuda, **kwargs)
-        packed = torch.empty_like(ours[1])
-        moe_fused_gate(
-            logits,
-            bias,
-            bias_alt=alt,
-            input_ids=ids_in,
-            image_token_id=IMAGE,
-            packed_out=packed,
-            admission=cuda,
-            **kwargs,
-        )
-        weights, ids, their_packed = forced_triton(logits, bias, alt, ids_in, **kwargs)
-        assert_bits_equal(ours, (weights, ids))
-        assert torch.equal(packed, their_packed), index
-
-
-def test_cuda_layout():
-    """The CUDA kernel's layout by tokens an SM; the warp layout's CTA: the fewest warps on the
-    busiest SM, then the larger CTA."""
-    from dsv41_kernels.ops.moe.moe_fused_gate import cuda_layout, warp_layout_tokens_per_cta
-
-    layouts = {t: cuda_layout(t, 132) for t in (1, 132, 133, 660, 661, 1536, 2048, 2560)}
-    assert layouts == {
-        1: (0, 1),  # a CTA a token
-        132: (0, 1),
-        133: (4, 1),  # 4 warps a token
-        660: (4, 1),
-        661: (1, 8),  # a warp a token, 8 a CTA
-        1536: (1, 4),
-        2048: (1, 8),
-        2560: (1, 4),
-    }
-    picks = {t: warp_layout_tokens_per_cta(t, 132) for t in (257, 512, 528, 529, 1024, 1536, 2048)}
-    assert picks == {257: 4, 512: 4, 528: 4, 529: 8, 1024: 8, 1536: 4, 2048: 8}
-    assert warp_layout_tokens_per_cta(100, 1) == 4  # 100 warps on the one SM against 104
-    assert warp_layout_tokens_per_cta(5, 1) == 8
-
-
-@pytest.mark.gpu
-def test_gpu_cuda_kernel_admission():
-    """The CUDA kernel takes fp32 logits with unit-stride rows and 32 M experts up to 512; the
-    rest goes to the Triton kernel."""
-    from dsv41_kernels.ops.moe.moe_fused_gate import CUDA, CUDA_MAX_TOKENS, TRITON
-
-    logits = torch.zeros(6, 400, device="cuda")
-    bias = torch.zeros(384, device="cuda")
-    kernel = lambda x, b=bias, **kw: moe_fused_gate_admission(x, b, top_k=6, **kw).kernel
-    assert kernel(logits[:, :384]) == CUDA
-    assert kernel(logits[:, 1:385]) == CUDA  # any row start
-    assert kernel(logits[:, :384].bfloat16()) == TRITON
-    assert kernel(logits[:, :336], torch.zeros(336, device="cuda")) == TRITON  # 336 % 32
-    assert kernel(torch.zeros(6, 1024, device="cuda"), torch.zeros(1024, device="cuda")) == TRITON
-    assert kernel(logits[:, :384], bias.bfloat16()) == TRITON
-    assert kernel(torch.zeros(384, 6, device="cuda").t()) == TRITON  # column stride 6
-    many = torch.zeros(CUDA_MAX_TOKENS + 1, 384, device="cuda")
-    assert kernel(many) == TRITON  # more than CUDA_MAX_TOKENS
-
-
-@pytest.mark.gpu
-def test_gpu_cuda_kernel_refuses_an_unknown_layout():
-    from dsv41_kernels.jit import load_module
-    from dsv41_kernels.ops.moe.moe_fused_gate import MODULE
-
-    logits, bias = torch.zeros(6, 384, device="cuda"), torch.zeros(384, device="cuda")
-    weights, ids = torch.empty(6, 6, device="cuda"), torch.empty(6, 6, dtype=torch.int32).cuda()
-    none = torch.empty(0, device="cuda")
-    run = load_module(MODULE, 0).moe_fused_gate_cuda
-    args = (logits, bias, none, none, 0, none, 6, weights, ids, none, 0, True, 1e-20, 1.0, False)
-    for warps, tokens_per_cta, named in ((3, 1, "warps must"), (4, 2, "tokens_per_cta must")):
-        with pytest.raises(ValueError, match=named):
-            run(*args, warps, tokens_per_cta)
-    with pytest.raises(ValueError, match="tokens_per_cta must"):
-        run(*args, 1, 9)
-
-
-@pytest.mark.gpu
-def test_gpu_pack_kernel_matches_reference():
-    gen = torch.Generator().manual_seed(9)
-    weights = packing_weights(gen, 6000).view(-1, 2).cuda()
-    ids = torch.randint(-1, 400, weights.shape, generator=gen, dtype=torch.int32).cuda()
-    assert torch.equal(pack_topk(ids, weights), moe_router.pack_topk(ids, weights))
-
-
-@pytest.mark.gpu
-def test_gpu_subnormal_scores_are_kept():
-    """exp of logits below about -87 is subnormal in torch; the kernel must not flush it."""
-    device = torch.device("cuda")
-    deep = torch.linspace(-100.0, -88.0, 384, device=device).repeat(6, 1)  # subnormal softplus
-    deep[1] = deep[1].flip(0)
-    bias = torch.zeros(384, device=device)
-    for renormalize in (False, True):
-        ours = moe_fused_gate(deep, bias, top_k=6, renormalize=renormalize)
-        ref = vision_topk(
-            deep, bias, None, None, image_token_id=None, top_k=6, renormalize=renormalize
-        )
-        assert_bits_equal(ours, ref)
-        assert (ours[0] > 0).all(), ours  # a flush to zero would leave zeros here
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # Triton, CUDA kernel
-def test_gpu_cuda_graph_replay_reads_device_count(dtype):
-    """Captured once, replayed with new logits and a new non-padded count: no host sync."""
-    device = torch.device("cuda")
-    gen = torch.Generator().manual_seed(10)
-    logits, bias, bias_alt, input_ids = (
-        t.to(device) for t in make_case(gen, 6, 384, dtype=dtype, specials=False)
-    )
-    count = torch.tensor([6], dtype=torch.int32, device=device)
-    weights = torch.empty(6, 6, device=device)
-    ids = torch.empty(6, 6, dtype=torch.int32, device=device)
-    packed = torch.empty(6, 6, dtype=torch.int32, device=device)
-    kwargs = dict(bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE, top_k=6)
-
-    def step():
-        moe_fused_gate(
-            logits,
-            bias,
-            num_token_non_padded=count,
-            packed_out=packed,
-            out_weights=weights,
-            out_ids=ids,
-            **kwargs,
-        )
-
-    step()  # compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    new_logits = torch.randn(6, 384, generator=gen).to(device, dtype)
-    logits.copy_(new_logits)
-    count.fill_(4)
-    graph.replay()
-    torch.cuda.synchronize()
-    ref = vision_topk(
-        new_logits, bias, bias_alt, input_ids, top_k=6, image_token_id=IMAGE, num_token_non_padded=4
-    )
-    assert_bits_equal((weights, ids), ref)
-    assert torch.equal(packed, moe_router.pack_topk(ids, weights))
 
 
 def test_image_token_id_outside_the_ids_dtype_is_refused():
@@ -749,3 +415,349 @@ def test_numpy_scalars_are_python_numbers():
         renormalize=np.bool_(True),
     )
     assert_bits_equal(numpy, plain)
+
+
+def test_cuda_layout():
+    """The CUDA kernel's layout by tokens an SM; the warp layout's CTA: the fewest warps on the
+    busiest SM, then the larger CTA."""
+    from dsv41_kernels.ops.moe.moe_fused_gate_cuda import cuda_layout, warp_layout_tokens_per_cta
+
+    layouts = {t: cuda_layout(t, 132) for t in (1, 132, 133, 660, 661, 1536, 2048, 2560)}
+    assert {t: (launch.warps, launch.tokens_per_cta) for t, launch in layouts.items()} == {
+        1: (0, 1),  # a CTA a token
+        132: (0, 1),
+        133: (4, 1),  # 4 warps a token
+        660: (4, 1),
+        661: (1, 8),  # a warp a token, 8 a CTA
+        1536: (1, 4),
+        2048: (1, 8),
+        2560: (1, 4),
+    }
+    picks = {t: warp_layout_tokens_per_cta(t, 132) for t in (257, 512, 528, 529, 1024, 1536, 2048)}
+    assert picks == {257: 4, 512: 4, 528: 4, 529: 8, 1024: 8, 1536: 4, 2048: 8}
+    assert warp_layout_tokens_per_cta(100, 1) == 4  # 100 warps on the one SM against 104
+    assert warp_layout_tokens_per_cta(5, 1) == 8
+
+
+# ---- GPU tier ------------------------------------------------------------------------------
+# Triton compiles its kernel once per set of constexprs and specializations (E, routing, logits
+# and ids dtypes, bias_alt or not, padding as an int or a tensor, packed or not, one wave or
+# not, an int argument equal to 1 or a multiple of 16, a pointer 16-byte aligned or not), and a
+# compile costs more than many cases. So the Triton cases come in groups of one compile each:
+# every axis is covered, crossed with the others on the CUDA kernel only (prebuilt).
+
+CUDA_KERNELS = {Kernel.CUDA_CTA_LAYOUT, Kernel.CUDA_LIST_LAYOUT, Kernel.CUDA_WARP_LAYOUT}
+CUDA_EXPERTS = (384, 256, 512, 32, 160)
+"""E = 32 M with M = 12, 8, 16, 1, 5: V4.1's and V4's rows, the widest and narrowest lists."""
+LAYOUT_TOKENS = (64, 320, 1024, 1536)
+"""The CUDA layouts on the H200 (132 SMs): a CTA a token, 4 warps a token, a warp a token 8 and
+4 a CTA. Each and its padded count T - T // 4 are multiples of 16 (one Triton specialization)."""
+LARGE_TOKENS = 16384
+"""More than one wave of the Triton kernel (no early start), the warp layout at its largest."""
+
+
+def device_case(gen, index, num_tokens, num_experts, *, dtype=torch.float32, ids=torch.int64,
+                padding="none", view="contiguous"):  # fmt: skip
+    """:func:`make_case` on the GPU, its values varied by ``index`` (ties, NaN, ±inf, a row of
+    subnormal scores). ``padding``: ``num_token_non_padded`` none, an int or an int32 tensor;
+    ``view``: contiguous logits, a row-strided slice of a wider output at column 0, or one at
+    column 3 (an unaligned start). Returns the logits, biases, input ids and the padding."""
+    device = torch.device("cuda")
+    logits, bias, bias_alt, input_ids = make_case(
+        gen, num_tokens, num_experts, specials=index % 3 != 2, ties=index % 5 == 0
+    )
+    if index % 4 == 3:  # a row of scores in exp's subnormal range
+        logits[-1] = -100.0 + 12.0 * torch.rand(num_experts, generator=gen)
+    logits = logits.to(device, dtype)
+    bias, bias_alt, input_ids = bias.to(device), bias_alt.to(device), input_ids.to(device, ids)
+    if view != "contiguous":
+        start = {"rows": 0, "offset": 3}[view]
+        wide = torch.zeros(num_tokens, num_experts + 32, dtype=dtype, device=device)
+        wide[:, start : start + num_experts] = logits
+        logits = wide[:, start : start + num_experts]
+    limit = num_tokens - num_tokens // 4
+    padded = {
+        "none": None,
+        "int": limit,
+        "tensor": torch.tensor([limit], dtype=torch.int32, device=device),
+    }[padding]
+    return logits, bias, bias_alt, input_ids, padded
+
+
+def reference_biased(logits, bias, bias_alt, input_ids):
+    scores = reference.sqrt_softplus(logits)
+    is_image = (input_ids == IMAGE)[:, None]
+    return scores + torch.where(is_image, bias_alt.float(), bias.float())
+
+
+def compare_to_reference(ours, ref, biased, routed):
+    """(rows whose ids differ only between biased scores within 1 ulp, weight ulp histogram);
+    asserts every other row has equal ids and weights within the stated bound."""
+    weights, ids = ours
+    ref_weights, ref_ids = ref
+    differ = (ids != ref_ids).any(dim=1)
+    near_ties = 0
+    for row in differ.nonzero().flatten().tolist():
+        ours_row, ref_row = ids[row].tolist(), ref_ids[row].tolist()
+        for slot in range(routed):
+            a, b = ours_row[slot], ref_row[slot]
+            if a == b:
+                continue
+            assert 0 <= a < biased.shape[1] and 0 <= b < biased.shape[1], (row, ours_row, ref_row)
+            gap = fp32_ulp_distance(biased[row, a], biased[row, b]).item()
+            assert gap <= 1, f"row {row}: ids {ours_row} vs {ref_row}, biased gap {gap} ulp"
+        near_ties += 1
+    same = ~differ
+    distance = fp32_ulp_distance(weights[same], ref_weights[same])
+    assert int(distance.max().item() if distance.numel() else 0) <= WEIGHT_ULP_BOUND
+    return near_ties, torch.bincount(distance.flatten().cpu(), minlength=WEIGHT_ULP_BOUND + 1)
+
+
+def reference_cases():
+    """``(num_tokens, num_experts, dtype, routing, padding, view)`` of
+    :func:`test_gpu_random_cases`: fp32 (the CUDA kernel) over every E and routing, twice each,
+    at 1 and 6 tokens and every layout's count; bf16 (the Triton kernel) one group of one
+    compile a routing (packed and not: two); 16384 tokens three times."""
+    tokens = (1, 6, *LAYOUT_TOKENS)
+    paddings, views = ("none", "int", "tensor"), ("contiguous", "rows", "offset")
+    cases = [
+        (
+            tokens[index % 6],
+            CUDA_EXPERTS[index % 5],
+            torch.float32,
+            ROUTINGS[(index // 5) % 4],
+            paddings[(index // 2) % 3],
+            views[(index // 3) % 3],
+        )
+        for index in range(40)
+    ]
+    bf16 = torch.bfloat16
+    cases += [(t, 384, bf16, ROUTINGS[0], "tensor", v) for t in (1, 6, 64, 1024) for v in views[:2]]
+    cases += [(t, 256, bf16, ROUTINGS[1], p, "rows") for t in (64, 1024) for p in paddings[:2]]
+    cases += [(6, 256, bf16, ROUTINGS[3], p, "contiguous") for p in paddings[:2]]
+    cases += [
+        (LARGE_TOKENS, 384, bf16, ROUTINGS[2], "int", "contiguous"),
+        (LARGE_TOKENS, 384, torch.float32, ROUTINGS[0], "none", "rows"),
+        (LARGE_TOKENS, 256, torch.float32, ROUTINGS[3], "tensor", "contiguous"),
+    ]
+    return cases
+
+
+@pytest.mark.gpu
+def test_gpu_random_cases(capsys):
+    """The admitted kernel against the reference, within the stated bound (:func:`reference_cases`:
+    E 32..512, T 1..16384, bf16/fp32, image tokens mixed, special values, padding, strides)."""
+    gen = torch.Generator().manual_seed(2026)
+    near_ties, histogram = 0, torch.zeros(WEIGHT_ULP_BOUND + 1, dtype=torch.int64)
+    cases = reference_cases()
+    for index, (num_tokens, num_experts, dtype, routing, padding, view) in enumerate(cases):
+        logits, bias, bias_alt, input_ids, padded = device_case(
+            gen, index, num_tokens, num_experts, dtype=dtype, padding=padding, view=view
+        )
+        kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+        admission = moe_fused_gate_admission(
+            logits,
+            bias,
+            bias_alt=bias_alt,
+            input_ids=input_ids,
+            top_k=routing["top_k"],
+            num_token_non_padded=padded,
+        )
+        expected = CUDA_KERNELS if dtype == torch.float32 else {Kernel.TRITON}
+        assert admission.plan.kernel in expected, (index, admission)
+        *ours, _ = run_both(logits, bias, bias_alt, input_ids, admission=admission, **kwargs)
+        ref = vision_topk(logits, bias, bias_alt, input_ids, image_token_id=IMAGE, **kwargs)
+        biased = reference_biased(logits, bias, bias_alt, input_ids)
+        routed = routing["top_k"] - routing["num_shared_slots"]
+        ties, counts = compare_to_reference(ours, ref, biased, routed)
+        near_ties += ties
+        histogram += counts
+    with capsys.disabled():
+        print(
+            f"\nmoe_fused_gate GPU: {len(cases)} cases, {near_ties} rows with ids differing at "
+            f"biased scores within 1 ulp, weight ulp distances {histogram.tolist()}"
+        )
+
+
+def forced_triton(logits, bias, bias_alt, input_ids, **kwargs):
+    """Our Triton kernel, whatever the admission would pick, with packed ids."""
+    plan = triton_plan(logits, kwargs["top_k"])
+    packed = torch.empty(logits.shape[0], kwargs["top_k"], dtype=torch.int32, device=logits.device)
+    weights, ids = moe_fused_gate(
+        logits,
+        bias,
+        bias_alt=bias_alt,
+        input_ids=input_ids,
+        image_token_id=IMAGE,
+        packed_out=packed,
+        admission=admit(plan.kernel.value, "forced", plan=plan),
+        **kwargs,
+    )
+    return weights, ids, packed
+
+
+EQUALITY_GROUPS = [
+    # E, routing, bias_alt, input_ids dtype, padding, view, token counts: one Triton compile each
+    (384, 0, True, torch.int64, "int", "rows", LAYOUT_TOKENS),
+    (384, 1, True, torch.int32, "tensor", "offset", (1, *LAYOUT_TOKENS)),
+    (384, 2, False, torch.int64, "none", "contiguous", LAYOUT_TOKENS),
+    (384, 3, True, torch.int64, "tensor", "contiguous", (1, *LAYOUT_TOKENS)),
+    (256, 0, True, torch.int32, "none", "offset", LAYOUT_TOKENS),
+    (512, 1, True, torch.int64, "tensor", "rows", (1, *LAYOUT_TOKENS)),
+    (32, 2, True, torch.int64, "int", "contiguous", LAYOUT_TOKENS),
+    (160, 3, False, torch.int64, "tensor", "rows", (1, *LAYOUT_TOKENS)),
+    (384, 0, True, torch.int64, "int", "contiguous", (LARGE_TOKENS,)),
+]
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_equals_triton_kernel():
+    """The CUDA kernel against the Triton one, bit for bit (weights, ids, packed ids), over
+    :data:`EQUALITY_GROUPS`: every E and routing, every layout, ties, NaN, ±inf, subnormal
+    scores, strided and unaligned rows, int32/int64 ids, padding as an int and as a tensor."""
+    gen = torch.Generator().manual_seed(2027)
+    seen = set()
+    index = 0
+    for num_experts, r, alt, ids_dtype, padding, view, token_counts in EQUALITY_GROUPS:
+        routing = ROUTINGS[r]
+        for num_tokens in token_counts:
+            logits, bias, bias_alt, input_ids, padded = device_case(
+                gen, index, num_tokens, num_experts, ids=ids_dtype, padding=padding, view=view
+            )
+            index += 1
+            if not alt:
+                bias_alt = input_ids = None
+            kwargs = dict(routed_scaling_factor=1.5, num_token_non_padded=padded, **routing)
+            admission = moe_fused_gate_admission(
+                logits,
+                bias,
+                bias_alt=bias_alt,
+                input_ids=input_ids,
+                top_k=routing["top_k"],
+                num_token_non_padded=padded,
+            )
+            assert admission.plan.kernel in CUDA_KERNELS, admission
+            seen.add(admission.plan.launch)
+            *ours, packed = run_both(
+                logits, bias, bias_alt, input_ids, admission=admission, **kwargs
+            )
+            weights, ids, their_packed = forced_triton(logits, bias, bias_alt, input_ids, **kwargs)
+            assert_bits_equal(ours, (weights, ids))
+            assert torch.equal(packed, their_packed), (num_experts, r, num_tokens)
+    assert {launch.warps for launch in seen} == {0, 1, 4}, seen  # every layout ran
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_admission():
+    """The CUDA kernel takes fp32 logits with unit-stride rows and 32 M experts up to 512; the
+    rest goes to the Triton kernel."""
+    logits = torch.zeros(6, 400, device="cuda")
+    bias = torch.zeros(384, device="cuda")
+    kernel = lambda x, b=bias, **kw: moe_fused_gate_admission(x, b, top_k=6, **kw).plan.kernel
+    assert kernel(logits[:, :384]) == Kernel.CUDA_CTA_LAYOUT
+    assert kernel(logits[:, 1:385]) == Kernel.CUDA_CTA_LAYOUT  # any row start
+    assert kernel(logits[:, :384].bfloat16()) == Kernel.TRITON
+    assert kernel(logits[:, :336], torch.zeros(336, device="cuda")) == Kernel.TRITON  # 336 % 32
+    wide = torch.zeros(6, 1024, device="cuda")
+    assert kernel(wide, torch.zeros(1024, device="cuda")) == Kernel.TRITON
+    assert kernel(logits[:, :384], bias.bfloat16()) == Kernel.TRITON
+    assert kernel(torch.zeros(384, 6, device="cuda").t()) == Kernel.TRITON  # column stride 6
+    many = torch.zeros(CUDA_MAX_TOKENS + 1, 384, device="cuda")
+    assert kernel(many) == Kernel.TRITON  # more than CUDA_MAX_TOKENS
+    admission = moe_fused_gate_admission(logits[:, :384], bias, top_k=6)
+    assert admission.kernel == "cuda cta layout" and admission.module == "moe_fused_gate"
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_kernel_refuses_an_unknown_layout():
+    from dsv41_kernels.jit import load_module
+    from dsv41_kernels.ops.moe.moe_fused_gate_cuda import MODULE
+
+    logits, bias = torch.zeros(6, 384, device="cuda"), torch.zeros(384, device="cuda")
+    weights, ids = torch.empty(6, 6, device="cuda"), torch.empty(6, 6, dtype=torch.int32).cuda()
+    none = torch.empty(0, device="cuda")
+    run = load_module(MODULE, 0).moe_fused_gate_cuda
+    args = (logits, bias, none, none, 0, none, 6, weights, ids, none, 0, True, 1e-20, 1.0, False)
+    for warps, tokens_per_cta, named in ((3, 1, "warps must"), (4, 2, "tokens_per_cta must")):
+        with pytest.raises(ValueError, match=named):
+            run(*args, warps, tokens_per_cta)
+    with pytest.raises(ValueError, match="tokens_per_cta must"):
+        run(*args, 1, 9)
+
+
+@pytest.mark.gpu
+def test_gpu_subnormal_scores_are_kept():
+    """exp of logits below about -87 is subnormal in torch; the kernel must not flush it."""
+    device = torch.device("cuda")
+    deep = torch.linspace(-100.0, -88.0, 384, device=device).repeat(6, 1)  # subnormal softplus
+    deep[1] = deep[1].flip(0)
+    bias = torch.zeros(384, device=device)
+    for renormalize in (False, True):
+        ours = moe_fused_gate(deep, bias, top_k=6, renormalize=renormalize)
+        ref = vision_topk(
+            deep, bias, None, None, image_token_id=None, top_k=6, renormalize=renormalize
+        )
+        assert_bits_equal(ours, ref)
+        assert (ours[0] > 0).all(), ours  # a flush to zero would leave zeros here
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])  # Triton, CUDA kernel
+def test_gpu_cuda_graph_replay_reads_device_count(dtype):
+    """Captured once, replayed with new logits and a new non-padded count: no host sync."""
+    device = torch.device("cuda")
+    gen = torch.Generator().manual_seed(10)
+    logits, bias, bias_alt, input_ids = (
+        t.to(device) for t in make_case(gen, 6, 384, dtype=dtype, specials=False)
+    )
+    count = torch.tensor([6], dtype=torch.int32, device=device)
+    weights = torch.empty(6, 6, device=device)
+    ids = torch.empty(6, 6, dtype=torch.int32, device=device)
+    packed = torch.empty(6, 6, dtype=torch.int32, device=device)
+    kwargs = dict(bias_alt=bias_alt, input_ids=input_ids, image_token_id=IMAGE, top_k=6)
+
+    def step():
+        moe_fused_gate(
+            logits,
+            bias,
+            num_token_non_padded=count,
+            packed_out=packed,
+            out_weights=weights,
+            out_ids=ids,
+            **kwargs,
+        )
+
+    step()  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    new_logits = torch.randn(6, 384, generator=gen).to(device, dtype)
+    logits.copy_(new_logits)
+    count.fill_(4)
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = vision_topk(
+        new_logits, bias, bias_alt, input_ids, top_k=6, image_token_id=IMAGE, num_token_non_padded=4
+    )
+    assert_bits_equal((weights, ids), ref)
+    assert torch.equal(packed, reference.pack_topk(ids, weights))
+
+
+def test_an_admitted_call_validates_its_inputs_once(monkeypatch):
+    """A caller holding the admission (the SGLang hook) costs one validation, not two."""
+    import dsv41_kernels.ops.moe.moe_fused_gate as op
+
+    calls = []
+    real = op._validate_inputs
+    monkeypatch.setattr(op, "_validate_inputs", lambda *a: calls.append(1) or real(*a))
+    logits = torch.randn(6, 64)
+    bias = torch.randn(64)
+    admission = op.moe_fused_gate_admission(logits, bias, top_k=6)
+    if not admission:
+        pytest.skip(f"no kernel here: {admission.reason}")
+    expected = op.moe_fused_gate(logits, bias, top_k=6, admission=admission)
+    assert len(calls) == 1
+    op.moe_fused_gate(logits, bias, top_k=6)
+    assert len(calls) == 2
+    torch.testing.assert_close(op.moe_fused_gate(logits, bias, top_k=6), expected, rtol=0, atol=0)
