@@ -15,6 +15,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from dsv41_kernels.admission import admit
+from dsv41_kernels.ops.mhc import hc_mix_stats_plan
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats_admission
 from dsv41_kernels.sglang_plugin import dispatch
@@ -50,9 +51,10 @@ def one_rank(rank: int, init_file: str) -> None:
     try:
         pretend_toolchain(rank == 0)  # rank 1's machine cannot build the CUDA modules
         pretend_arch(9)
+        hc_mix_stats_plan.multiprocessors = lambda index: 132  # the plan's launch shape asks
         choices = gathered(kernel_choices())
         assert choices[0] == choices[1], choices
-        assert "cuda cluster" in choices[0] and "compensated/cuda" in choices[0], choices[0]
+        assert "cuda cluster" in choices[0] and "compensated/cuda wgmma" in choices[0], choices[0]
 
         def ours():
             if rank == 1:
@@ -102,7 +104,7 @@ def test_gpu_a_machine_that_cannot_load_the_module_raises(monkeypatch):
     from dsv41_kernels.cases.hc_combine_norm import example_inputs as combine_inputs
     from dsv41_kernels.cases.hc_mix_stats import example_inputs as mix_inputs
     from dsv41_kernels.ops.mhc import hc_combine_norm as combine
-    from dsv41_kernels.ops.mhc import hc_mix_stats_kernels
+    from dsv41_kernels.ops.mhc import hc_mix_stats as mix_stats_op
     from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
 
     x, pre, weight = combine_inputs(6, 5120, "cuda", seed=1)
@@ -110,13 +112,13 @@ def test_gpu_a_machine_that_cannot_load_the_module_raises(monkeypatch):
     pretend_toolchain(False, monkeypatch.setattr)
     assert hc_combine_norm_admission(x, pre, weight).kernel == combine.CUDA_CLUSTER
     assert hc_combine_norm_admission(x, pre, weight, quantize=True).kernel == combine.CUDA_CLUSTER
-    assert hc_mix_stats_admission(mix_x, fn, "compensated").kernel == "compensated/cuda"
+    assert hc_mix_stats_admission(mix_x, fn, "compensated").kernel.startswith("compensated/cuda")
 
     def cannot_load(name, device_index=0):
         raise RuntimeError(f"cannot load {name} here")
 
     monkeypatch.setattr(combine, "load_module", cannot_load)
-    monkeypatch.setattr(hc_mix_stats_kernels, "load_module", cannot_load)
+    monkeypatch.setattr(mix_stats_op, "load_module", cannot_load)
     with pytest.raises(RuntimeError, match="cannot load hc_combine_norm"):
         combine.hc_combine_norm(x, pre, weight, 1e-6)
     with pytest.raises(RuntimeError, match="cannot load hc_combine_norm"):

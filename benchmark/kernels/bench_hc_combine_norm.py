@@ -14,51 +14,31 @@ bit-equal to the pair first. Issue targets on the H200: ours at least 1.15x SGLa
 combine+norm at m = 6, <= 2.4 / 2.6 us at m = 64 / 128.
     python benchmark/kernels/bench_hc_combine_norm.py --json bench_hc_combine_norm.json
 
-``--sweep`` also times the launch shapes of both kernels at m = 6, 64, 96, 128 and 192: the
-Triton variants (warps per row, hardware bf16 rounding), after checking for each that the fused
-form equals the unfused pair bit for bit, that y is batch-invariant (rows alone and in another
-order give the same bits) and within one bf16 ulp of float64; and the CUDA cluster shapes (CTAs
-per row x threads), after checking fused y == unfused y and the e4m3 bytes against the reference
-quantizer. A sweep record's ``defects`` lists what failed (empty: all checks pass).
+``--sweep`` also times the launch shapes of both kernels at m = 6, 64, 96, 128 and 192, each
+checked first (:mod:`hc_combine_norm_variants`).
 """
 
 from __future__ import annotations
 
 import torch
 from common import parser, report, sglang_arm, sglang_module, timed
+from hc_combine_norm_variants import EPS, shape_of, sweep
 
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_combine_norm import (
     beyond_one_bf16_ulp,
     example_inputs,
     mxfp8_outputs,
-    triton_forms,
+    triton_plan,
 )
-from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
-    CUDA_CLUSTER,
-    DEFAULT_VARIANT,
-    TRITON,
-    KernelVariant,
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
     run_kernel,
 )
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize
-from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
-
-EPS = 1e-6
-SWEEP_ROWS = (6, 64, 96, 128, 192)
-SWEEP_VARIANTS = [
-    KernelVariant(num_warps, hw_round) for num_warps in (4, 8, 16) for hw_round in (False, True)
-]
-SWEEP_CUDA_SHAPES = [(c, t) for c in (1, 2, 4) for t in (128, 160, 256, 320, 640)]
-
-
-def shape_of(m: int, h: int) -> str:
-    return f"[{m}, 4x{h}] bf16"
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
 
 
 def measure(m: int, h: int, device) -> list[dict]:
@@ -73,7 +53,7 @@ def measure(m: int, h: int, device) -> list[dict]:
         return hc_combine_norm_mxfp8(x, pre, weight, EPS, out=fused_out)
 
     def triton():
-        run_kernel(x, pre, weight, EPS, *fused_out, TRITON)
+        run_kernel(x, pre, weight, EPS, *fused_out, triton_plan(quantized=fused_out[1]))
         return fused_out
 
     exact = bit_mismatches(fused(), pair()) == 0
@@ -116,80 +96,6 @@ def sglang_records(x, pre, weight, y64, shape) -> list[dict]:
             y = run()
             fields["beyond_1ulp"] = beyond_one_bf16_ulp(y if op == "hc_combine_norm" else y[0], y64)
         records.append(sglang_arm(op, shape, fn, why, run, **fields))
-    return records
-
-
-def variant_defects(variant: KernelVariant, x, pre, weight) -> list[str]:
-    """What breaks the contract for this Triton variant: fused != unfused (bitwise), y not
-    batch-invariant (each row alone, and the rows reversed), y beyond one bf16 ulp of float64."""
-    defects = []
-    y_alone, (y, quantized) = triton_forms(x, pre, weight, EPS, variant)
-    if bit_mismatches((y, quantized), (y_alone, mxfp8_quantize(y_alone))):
-        defects.append("fused!=unfused")
-    flipped = triton_forms(x.flip(0), pre.flip(0), weight, EPS, variant)[0].flip(0)
-    single = [
-        triton_forms(x[r : r + 1], pre[r : r + 1], weight, EPS, variant)[0]
-        for r in range(x.shape[0])
-    ]
-    if bit_mismatches(flipped, y) or bit_mismatches(torch.cat(single), y):
-        defects.append("not batch-invariant")
-    if beyond_one_bf16_ulp(y, reference_hc_combine_norm(x, pre, weight, EPS, dtype=torch.float64)):
-        defects.append(">1 ulp")
-    return defects
-
-
-def sweep(h: int, device) -> list[dict]:
-    records = []
-    for m in SWEEP_ROWS:
-        x, pre, weight = example_inputs(m, h, device, seed=m)
-        y, quantized = mxfp8_outputs(m, h, device)
-        for variant in SWEEP_VARIANTS:
-            defects = variant_defects(variant, x, pre, weight)
-            arm = f"triton {variant.num_warps} warps{' hw' if variant.hw_round else ''}"
-            arm += " (default)" if variant == DEFAULT_VARIANT else ""
-            for op, quantize in (("hc_combine_norm", None), ("hc_combine_norm_mxfp8", quantized)):
-                run = lambda v=variant, q=quantize: run_kernel(x, pre, weight, EPS, y, q, TRITON, v)
-                records.append(timed(op, shape_of(m, h), arm, run, defects=defects))
-    x, pre, weight = example_inputs(1, h, device, seed=0)
-    if hc_combine_norm_admission(x, pre, weight).kernel == CUDA_CLUSTER:
-        records += cuda_sweep(h, device)
-    return records
-
-
-def cuda_sweep(h: int, device) -> list[dict]:
-    """The CUDA kernel's launch shapes through its shape export (the public ops take the
-    module's default shape, chosen from H: 4 CTAs of 160 threads at H = 5120, launched as one CTA
-    of 640 threads at 64-192 rows, with the same bits)."""
-    module = load_module("hc_combine_norm", device.index or 0)
-    records = []
-    for m in SWEEP_ROWS:
-        x, pre, weight = example_inputs(m, h, device, seed=m)
-        y_alone = torch.empty(m, h, dtype=torch.bfloat16, device=device)
-        y, quantized = mxfp8_outputs(m, h, device)
-        data = quantized.data.view(torch.uint8)
-        for cluster, threads in SWEEP_CUDA_SHAPES:
-
-            def combine_norm(c=cluster, t=threads):
-                module.hc_combine_norm_cuda_shape(x, pre, weight, y_alone, y, y, EPS, False, c, t)
-
-            def fused(c=cluster, t=threads):
-                module.hc_combine_norm_cuda_shape(
-                    x, pre, weight, y, data, quantized.scales, EPS, True, c, t
-                )
-
-            try:
-                combine_norm()
-                fused()
-            except ValueError:  # a shape that does not divide this H
-                continue
-            defects = []
-            if bit_mismatches(y, y_alone):
-                defects.append("fused y != unfused y")
-            if bit_mismatches(quantized, reference_mxfp8_quantize(y_alone, swizzled=True)):
-                defects.append("e4m3/scales != reference")
-            arm = f"cuda {cluster} CTAs x {threads}"
-            for op, run in (("hc_combine_norm", combine_norm), ("hc_combine_norm_mxfp8", fused)):
-                records.append(timed(op, shape_of(m, h), arm, run, defects=defects))
     return records
 
 

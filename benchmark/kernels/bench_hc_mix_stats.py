@@ -18,13 +18,13 @@ tolerances the op states.
 - ``ours``: the op as admitted (``kernel`` names the path it took).
 
 Targets on the H200: compensated <= 100 us at m = 4096 with error <= 5e-6; small_row <= 8 us
-at m = 6. ``--sweep`` also times other launch shapes (SplitKConfig) to tune the defaults.
+at m = 6. ``--sweep`` also times other launch shapes (:mod:`hc_mix_stats_variants`) to tune the
+defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
+import hc_mix_stats_variants as variants
 import torch
 from common import (
     SGLANG_ARM,
@@ -46,8 +46,7 @@ from dsv41_kernels.cases.hc_mix_stats import (
 )
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import SplitKConfig, split_k_config, uses_wgmma
-from dsv41_kernels.reference.mhc import hc_gates, hc_mix
+from dsv41_kernels.reference.hc_mix_stats import hc_gates, hc_mix
 
 HIDDEN = 5120
 ROWS = (1, 6, 31, 32, 64, 128, 1024, 4096, 16384, 65536)
@@ -55,9 +54,6 @@ SGLANG_MHC = "sglang.kernels.ops.layernorm.mhc"
 ARMS = ("fp32 torch", "tf32 1-pass", "compensated", "small_row", "batch_inv", "ours")
 MODES = {"compensated": "compensated", "small_row": "small_row", "batch_inv": "batch_invariant"}
 TARGETS = {("compensated", 4096): 100.0, ("small_row", 6): 8.0}
-SWEEP_ROWS = (6, 64, 256, 512, 1024, 2048, 4096)  # --sweep: decode, and prefill sizes
-CUDA_SWEEP_SPLITS = (4, 8, 12, 16, 24, 33, 48, 66)
-"""K slices the sweep gives the CUDA projection (its default fills two CTAs an SM)."""
 
 
 def torch_fp32(x, fn, scale, base):
@@ -133,62 +129,9 @@ def measure(m: int, *, hidden: int, sweep: bool) -> list[dict]:
         if arm == "ours":
             fields["kernel"] = hc_mix_stats_admission(x, holder).kernel
         records.append(timed("hc_mix_stats", shape, arm, run, **fields))
-    if sweep and m in SWEEP_ROWS:
-        cuda = hc_mix_stats_admission(x, holder, "compensated").kernel == "compensated/cuda"
-        for path, cfg in sweep_configs(m, 4 * hidden, cuda=cuda):
-            run = lambda p=path, c=cfg: hc_mix_stats(
-                x, holder, scale, base, mode=p, return_mix=True, config=c
-            )
-            arm = f"{path} " + " ".join(f"{k}={v}" for k, v in dataclasses.asdict(cfg).items())
-            try:
-                out = run()
-            except Exception as exc:  # a launch shape the compiler refuses (shared memory)
-                records.append(record("hc_mix_stats", shape, arm, None, error=repr(exc)[:200]))
-                continue
-            err = mix_relative_error(out[3], ref[3])
-            records.append(timed("hc_mix_stats", shape, arm, run, mix_rel_err=err, sweep=True))
+    if sweep and m in variants.SWEEP_ROWS:
+        records += variants.sweep(x, holder, scale, base, ref, shape)
     return records
-
-
-def sweep_configs(m: int, k: int, *, cuda: bool):
-    """Launch shapes to time at ``m`` rows: the small-row path's slices and warps up to 64 rows;
-    above, the CUDA projection's K slices and finisher rows where it runs (at the default's rows
-    a CTA), else the Triton projection's tiles."""
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    if m > 64 and cuda:
-        wgmma = uses_wgmma(torch.device("cuda"))
-        base = split_k_config("compensated", m, k, sms, cuda=True, wgmma=wgmma)
-        for splits in CUDA_SWEEP_SPLITS:
-            for finish_rows in (2, 4, 8, 16, 32):
-                yield (
-                    "compensated",
-                    dataclasses.replace(base, splits=splits, finish_rows=finish_rows),
-                )
-        return
-    if m <= 64:
-        base = split_k_config("small_row", m, k, sms)
-        for splits in (16, 32, 64, 128, 256):
-            for warps in (4, 8):
-                yield "small_row", dataclasses.replace(base, splits=splits, num_warps=warps)
-        return
-    base = split_k_config("compensated", m, k, sms)
-    for block_m, warps in ((64, 4), (128, 4), (128, 8)):
-        for block_k in (32, 64, 128):
-            for stages in (2, 3, 4):
-                tiles = -(-m // block_m)
-                for per_sm in (1, 2):
-                    splits = max(1, min(max(per_sm * sms // tiles, 4), k // block_k, 128))
-                    yield (
-                        "compensated",
-                        SplitKConfig(
-                            block_m,
-                            block_k,
-                            splits,
-                            warps,
-                            stages,
-                            max(2, min(16, 256 // max(2, 1 << (splits - 1).bit_length()))),
-                        ),
-                    )
 
 
 def main() -> None:

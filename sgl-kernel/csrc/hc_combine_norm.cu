@@ -73,23 +73,10 @@ constexpr int kMaxItems = 5;   // vectors per thread and CTA
 constexpr int kMaxSlots = 64;  // cluster CTAs x warps
 constexpr int kPadWords = 8;   // scale-padding words per thread of a padding CTA
 constexpr int kMaxRows = 1 << 24;
-// The default launch shape (to be confirmed by the H200 sweep): the largest cluster up to
-// kDefaultCluster whose CTAs get whole 32-value blocks, and the fewest vectors a thread that
-// keep a CTA within kDefaultMaxThreads threads (H = 5120: 4 CTAs of 160 threads, 8 values each).
-constexpr int kDefaultCluster = 4;
-constexpr int kDefaultMaxThreads = 256;
 // The most row CTAs (rows x cluster, padding CTAs aside) whose grid lets the next launch start
-// early (one wave by the calculator too). On the H200 the early start measured faster up to 96 rows
-// in clusters of 4 (1.60-2.53 us against 1.85-2.61) and slower at 128 (3.34 against 2.83: 512 CTAs,
-// which the occupancy test let through).
+// early (one wave by the calculator too): on the H200 the early start was faster up to 96 rows in
+// clusters of 4 and slower at 128 (512 CTAs, which the occupancy test let through).
 constexpr int kEarlyStartMaxRowCtas = 384;
-// Rows [kOneCtaMinRows, kOneCtaMaxRows] take one CTA a row where the default is a cluster of C
-// CTAs with one vector a thread in whole warps: the same threads own the same vectors and the
-// same warp sums fill the same slots, so y has the same bits, without the cluster's launch and
-// exchange (H200, H = 5120, session 15's sweep: 2.23 / 2.39 / 2.58 / 3.27 us at 64 / 96 / 128 /
-// 192 rows against 2.28 / 2.56 / 2.95 / 3.39 in clusters of 4; at 6 rows 1.90 against 1.67).
-constexpr int kOneCtaMinRows = 64;
-constexpr int kOneCtaMaxRows = 192;
 constexpr uint32_t kRcp448 = 0x3B124925u;  // rcp.approx.ftz(448) = RN(1/448)
 constexpr uint32_t kBf16CanonicalNan = 0x7FC07FC0u;
 
@@ -158,8 +145,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // Step 3 of the reduction order: the sum of slots [0, n), the same bits in every lane. The
-// butterfly is always over 32 lanes: a width set by n at run time made it a loop, which cost
-// 0.1 us at m = 6.
+// butterfly is always over 32 lanes: a width set by n at run time made it a loop, slower at
+// decode sizes.
 __device__ __forceinline__ float sum_slots(const float* slots, int n, int lane) {
   float v = lane < n ? slots[lane] : 0.0f;
   if (n > 32) v = add_rn(v, lane + 32 < n ? slots[lane + 32] : 0.0f);
@@ -478,10 +465,6 @@ void run(TensorView x, TensorView pre, TensorView weight, TensorView y, TensorVi
   }
   const Checked c =
       checked_params(x, pre, weight, y, data, scales, eps, quantize, static_cast<int>(cluster));
-  if (threads == 0) {
-    const int items = (c.params.cta_vecs + kDefaultMaxThreads - 1) / kDefaultMaxThreads;
-    threads = ((c.params.cta_vecs + items - 1) / items + 31) / 32 * 32;
-  }
   if (threads < 32 || threads > 1024 || threads % 32 != 0) {
     TVM_FFI_THROW(ValueError) << "threads = " << threads << " must be a multiple of 32 up to 1024";
   }
@@ -508,33 +491,14 @@ void run(TensorView x, TensorView pre, TensorView weight, TensorView y, TensorVi
 
 // x bf16 [m, 4H], pre fp32 [m, 4], weight bf16 [H] contiguous -> y bf16 [m, H]; with quantize
 // also data (1-byte view of e4m3) [m, H] and scales (1-byte, rup(m,128)·rup(H/32,4), 128x4
-// swizzled). data and scales are not read without quantize. The default launch shape (see
-// kDefaultCluster) depends on H only; rows [kOneCtaMinRows, kOneCtaMaxRows] may launch it as one
-// CTA a row, with the same bits.
+// swizzled). data and scales are not read without quantize. The launch shape: cluster CTAs a row
+// (1, 2 or 4; H % (32·cluster) == 0) of threads threads (a multiple of 32 up to 1024, at most 5
+// vectors of 8 columns a thread), chosen by the caller (hc_combine_norm_plan.py); y's bits depend
+// on it, never on m.
 void hc_combine_norm_cuda(TensorView x, TensorView pre, TensorView weight, TensorView y,
-                          TensorView data, TensorView scales, double eps, bool quantize) {
-  const int64_t m = x.ndim() == 2 ? x.size(0) : 0;
-  const int64_t h = x.ndim() == 2 ? x.size(1) / kStreams : 0;
-  int64_t cluster = kDefaultCluster;
-  while (cluster > 1 && h % (int64_t{kBlock} * cluster) != 0) cluster /= 2;
-  const int64_t cta_vecs = h / cluster / kVec;
-  const bool one_cta = cluster > 1 && m >= kOneCtaMinRows && m <= kOneCtaMaxRows &&
-                       cta_vecs <= kDefaultMaxThreads && cta_vecs % 32 == 0 &&
-                       h / kVec <= max_threads(1);
-  if (one_cta) {
-    run(x, pre, weight, y, data, scales, eps, quantize, 1, h / kVec);
-  } else {
-    run(x, pre, weight, y, data, scales, eps, quantize, cluster, 0);
-  }
-}
-
-// The same with an explicit launch shape (cluster 1, 2 or 4; threads a multiple of 32, 0 for
-// the default count), for the benchmark sweep. y's bits depend on the shape, never on m.
-void hc_combine_norm_cuda_shape(TensorView x, TensorView pre, TensorView weight, TensorView y,
-                                TensorView data, TensorView scales, double eps, bool quantize,
-                                int64_t cluster, int64_t threads) {
+                          TensorView data, TensorView scales, double eps, bool quantize,
+                          int64_t cluster, int64_t threads) {
   run(x, pre, weight, y, data, scales, eps, quantize, cluster, threads);
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_combine_norm_cuda, hc_combine_norm_cuda);
-TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_combine_norm_cuda_shape, hc_combine_norm_cuda_shape);

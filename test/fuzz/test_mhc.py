@@ -15,9 +15,9 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
 )
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MODES, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
-from dsv41_kernels.reference.mhc import hc_combine_norm as reference_combine_norm
-from dsv41_kernels.reference.mhc import split_tf32 as reference_split
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_combine_norm
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
+from dsv41_kernels.reference.hc_mix_stats import split_tf32 as reference_split
 
 from .values import FUZZ, laid_out, tensors
 

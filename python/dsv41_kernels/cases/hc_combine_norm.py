@@ -6,20 +6,26 @@ from __future__ import annotations
 
 import torch
 
+from dsv41_kernels.admission import Admission, admit
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
-    DEFAULT_VARIANT,
     TRITON,
-    KernelVariant,
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
     run_kernel,
 )
+from dsv41_kernels.ops.mhc.hc_combine_norm_plan import (
+    DEFAULT_VARIANT,
+    CombineNormPlan,
+    Kernel,
+    KernelVariant,
+    epilogue_writes,
+)
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
-from dsv41_kernels.reference.mhc import HC_MULT
-from dsv41_kernels.reference.mhc import hc_combine_norm as reference_hc_combine_norm
-from dsv41_kernels.reference.mxfp8 import scale_buffer_size
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
+from dsv41_kernels.reference.hc_mix_stats import HC_MULT
+from dsv41_kernels.reference.mxfp8_quantize import scale_buffer_size
 
 OPS = ("hc_combine_norm", "hc_combine_norm_mxfp8")
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""
@@ -59,14 +65,26 @@ def unfused(x, pre, weight, eps):
     return y, mxfp8_quantize(y, swizzled=True)
 
 
+def triton_plan(variant: KernelVariant = DEFAULT_VARIANT, quantized=None) -> CombineNormPlan:
+    """The Triton kernel at ``variant``'s launch shape, wherever the CUDA kernel would run;
+    ``quantized``: the fused form's ``(data, scales)``, whose layout decides the epilogue."""
+    epilogue = quantized is None or epilogue_writes(*quantized, cuda=False)
+    return CombineNormPlan(Kernel.TRITON, None, variant, epilogue)
+
+
+def triton_admission(variant: KernelVariant = DEFAULT_VARIANT, quantized=None) -> Admission:
+    """An admission for :func:`triton_plan` (what the tests pass the ops to force it)."""
+    return admit(TRITON, "forced triton", None, triton_plan(variant, quantized))
+
+
 def triton_forms(x, pre, weight, eps, variant: KernelVariant = DEFAULT_VARIANT, *, out=None):
     """``(y alone, (y, quantized) fused)`` from the Triton kernel at ``variant``'s launch shape,
     wherever the CUDA kernel would run (``out``: the fused form's outputs, else fresh ones)."""
     m, h = x.shape[0], x.shape[1] // HC_MULT
     y_alone = torch.empty(m, h, dtype=torch.bfloat16, device=x.device)
-    run_kernel(x, pre, weight, eps, y_alone, None, TRITON, variant)
+    run_kernel(x, pre, weight, eps, y_alone, None, triton_plan(variant))
     y, quantized = out or mxfp8_outputs(m, h, x.device)
-    run_kernel(x, pre, weight, eps, y, quantized, TRITON, variant)
+    run_kernel(x, pre, weight, eps, y, quantized, triton_plan(variant, quantized))
     return y_alone, (y, quantized)
 
 

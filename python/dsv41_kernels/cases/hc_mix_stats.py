@@ -7,14 +7,26 @@ import functools
 
 import torch
 
-from dsv41_kernels.admission import refuse
+from dsv41_kernels.admission import Admission, admit, refuse
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
-from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import check_config, launch, num_sms, split_k_config
-from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
-from dsv41_kernels.reference.mhc import hc_mix_stats as reference_mix_stats
-from dsv41_kernels.reference.mhc import split_tf32 as reference_split_tf32
+from dsv41_kernels.ops.mhc.hc_mix_stats import (
+    MIX_RTOL,
+    MODULE,
+    hc_mix_stats,
+    hc_mix_stats_admission,
+    launch,
+)
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    Numerics,
+    Path,
+    Projection,
+    default_plan,
+    make_plan,
+)
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT, hc_gates, hc_mix
+from dsv41_kernels.reference.hc_mix_stats import hc_mix_stats as reference_mix_stats
+from dsv41_kernels.reference.hc_mix_stats import split_tf32 as reference_split_tf32
 
 OPS = ("hc_mix_stats", "split_tf32")
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""
@@ -25,23 +37,33 @@ def single_pass_tf32(x, fn, scale, base, *, return_mix: bool = False):
     truncates it), the compensated path's Triton launch shape, V4's defaults. Not an op path:
     what the tests and the benchmark measure the compensation against."""
     x2d = x.flatten(1)
-    cfg = split_k_config("compensated", x2d.shape[0], x2d.shape[1], num_sms(x.device))
-    check_config(cfg)
+    compensated = default_plan(Path.COMPENSATED, Projection.TRITON, *x2d.shape, x.device)
+    plan = make_plan(compensated.path, compensated.projection, compensated.config, Numerics.TF32)
     return launch(
         x2d,
         fn,
         None,
         scale,
         base,
-        numerics="tf32",
-        cuda=False,
-        cfg=cfg,
+        plan,
         iters=20,
         rms_eps=1e-6,
         eps=1e-6,
         post_mult=2.0,
         return_mix=return_mix,
     )
+
+
+def forced_admission(x, weights, mode: str, projection: Projection, config=None) -> Admission:
+    """``hc_mix_stats_admission(x, weights, mode)`` with the projection's kernel (and, given, the
+    launch shape ``config``) forced: what the tests and the benchmark compare the admitted
+    plan against. ``mode`` names a path (not ``"auto"``)."""
+    x2d = x.flatten(1)
+    plan = default_plan(Path(mode), projection, *x2d.shape, x.device)
+    if config is not None:
+        plan = make_plan(plan.path, plan.projection, config)
+    module = None if projection is Projection.TRITON else MODULE
+    return admit(plan.kernel, f"{mode}: forced {plan.kernel}", module, plan)
 
 
 def stats_relative_error(ours, ref) -> float:

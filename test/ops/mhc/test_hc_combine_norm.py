@@ -5,12 +5,12 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_combine_norm import (
     beyond_one_bf16_ulp,
     example_inputs,
     mxfp8_outputs,
+    triton_admission,
     triton_forms,
     unfused,
 )
@@ -18,18 +18,25 @@ from dsv41_kernels.devices import sm_major
 from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
     CUDA_CLUSTER,
+    CUDA_ONE_CTA,
     TRITON,
-    KernelVariant,
-    cuda_kernel_fits,
     hc_combine_norm,
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
 )
+from dsv41_kernels.ops.mhc.hc_combine_norm_plan import (
+    CombineNormPlan,
+    CudaShape,
+    Kernel,
+    KernelVariant,
+    cuda_kernel_fits,
+    cuda_shape,
+)
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
-from dsv41_kernels.reference.mhc import bf16_sum_of_squares
-from dsv41_kernels.reference.mhc import hc_combine_norm as reference
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_quantize
-from dsv41_kernels.reference.mxfp8 import scale_buffer_size
+from dsv41_kernels.reference.hc_combine_norm import bf16_sum_of_squares
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference_quantize
+from dsv41_kernels.reference.mxfp8_quantize import scale_buffer_size
 from test.machine import needs_kernel
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy on inf * 0
@@ -319,31 +326,37 @@ def _gpu_case(m, h, scale, seed, specials=False):
     return x.cuda(), pre.cuda(), weight.cuda()
 
 
+GPU_SCALES = (1e-2, 1e-1, 1.0, 1e1, 1e2)
+
+
 @pytest.mark.gpu
 def test_gpu_fused_equals_unfused_and_reference():
+    """Every launch shape (clusters at 1, 6, 8 and 300 rows, one CTA a row at 64 and 128; a
+    scale tile with padding rows at 300) at both widths: two magnitudes a shape, so each of
+    GPU_SCALES meets each width, and rows of special values from 8 rows."""
     cases = 0
-    for m in (1, 6, 8, 64, 128, 300):
-        for h in (4096, 5120):
-            for scale in (1e-2, 1e-1, 1.0, 1e1, 1e2):
-                for seed, specials in [(0, False), (1, False), (2, False), (3, True)]:
-                    if specials and m < 8:
-                        continue
-                    seed += 7 * (m * h + int(scale * 100))
-                    x, pre, weight = _gpu_case(m, h, scale, seed=seed, specials=specials)
-                    fused = hc_combine_norm_mxfp8(x, pre, weight, EPS)
-                    y = hc_combine_norm(x, pre, weight, EPS)
-                    # Fused == unfused on all three outputs, bit for bit.
-                    assert_bits_equal(fused, (y, mxfp8_quantize(y)))
-                    # The Triton quantizer == the reference quantizer on the same y.
-                    assert_bits_equal(mxfp8_quantize(y), reference_quantize(y))
-                    # y within one bf16 ulp of float64; special rows equal to the reference.
-                    y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
-                    if specials:
-                        assert_special_rows(y, reference(x, pre, weight, EPS), y64)
-                    else:
-                        assert beyond_one_bf16_ulp(y, y64) == 0
-                    cases += 1
-    assert cases >= 200
+    shapes = [(m, h) for m in (1, 6, 8, 64, 128, 300) for h in (4096, 5120)]
+    for i, (m, h) in enumerate(shapes):
+        runs = [(GPU_SCALES[(2 * i + j) % len(GPU_SCALES)], j, False) for j in range(2)]
+        if m >= 8:
+            runs.append((GPU_SCALES[i % len(GPU_SCALES)], 3, True))
+        for scale, seed, specials in runs:
+            seed += 7 * (m * h + int(scale * 100))
+            x, pre, weight = _gpu_case(m, h, scale, seed=seed, specials=specials)
+            fused = hc_combine_norm_mxfp8(x, pre, weight, EPS)
+            y = hc_combine_norm(x, pre, weight, EPS)
+            # Fused == unfused on all three outputs, bit for bit.
+            assert_bits_equal(fused, (y, mxfp8_quantize(y)))
+            # The Triton quantizer == the reference quantizer on the same y.
+            assert_bits_equal(mxfp8_quantize(y), reference_quantize(y))
+            # y within one bf16 ulp of float64; special rows equal to the reference.
+            y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
+            if specials:
+                assert_special_rows(y, reference(x, pre, weight, EPS), y64)
+            else:
+                assert beyond_one_bf16_ulp(y, y64) == 0
+            cases += 1
+    assert cases == 32
 
 
 @pytest.mark.gpu
@@ -357,7 +370,7 @@ def test_gpu_cuda_and_triton_kernels_each_within_one_ulp_and_outputs_choose_one(
         assert "cuda cluster" in hc_combine_norm_admission(x, pre, weight, quantize=True).reason
         assert hc_combine_norm_admission(x, pre, weight).kernel == CUDA_CLUSTER
         cuda_y = hc_combine_norm(x, pre, weight, EPS)
-        triton_y = hc_combine_norm(x, pre, weight, EPS, admission=admit(TRITON))
+        triton_y = hc_combine_norm(x, pre, weight, EPS, admission=triton_admission())
         y64 = reference(x, pre, weight, EPS, dtype=torch.float64)
         assert beyond_one_bf16_ulp(cuda_y, y64) == 0
         assert beyond_one_bf16_ulp(triton_y, y64) == 0
@@ -401,11 +414,12 @@ def test_gpu_one_cta_a_row_has_the_bits_of_the_cluster():
     module = load_module("hc_combine_norm", 0)
     for m, h in ((64, 5120), (128, 5120), (192, 5120), (97, 4096)):
         x, pre, weight = _gpu_case(m, h, 1.0, seed=m + h, specials=m == 97)
+        assert hc_combine_norm_admission(x, pre, weight, quantize=True).kernel == CUDA_ONE_CTA
         default = hc_combine_norm_mxfp8(x, pre, weight, EPS)
         y, quantized = mxfp8_outputs(m, h, "cuda")
         outputs = (y, quantized.data.view(torch.uint8), quantized.scales)
-        # The default shape, launched as it is below 64 rows: 4 CTAs of one vector a thread.
-        module.hc_combine_norm_cuda_shape(x, pre, weight, *outputs, EPS, True, 4, h // 32)
+        # The cluster shape, as it runs below 64 rows: 4 CTAs of one vector a thread.
+        module.hc_combine_norm_cuda(x, pre, weight, *outputs, EPS, True, 4, h // 32)
         assert_bits_equal(default, (y, quantized))
         assert_bits_equal(hc_combine_norm(x, pre, weight, EPS), y)
 
@@ -440,6 +454,31 @@ def test_cuda_kernel_is_only_chosen_for_cuda_tensors():
     assert not cuda_kernel_fits(x, weight)
     admission = hc_combine_norm_admission(x, pre, weight, quantize=True)
     assert "cuda cluster" not in admission.reason and admission.kernel != CUDA_CLUSTER
+    if admission:  # the interpreter
+        assert admission.plan == CombineNormPlan(Kernel.TRITON) and admission.kernel == TRITON
+
+
+def test_cuda_launch_shapes():
+    """The CUDA kernel's shape, chosen by the plan from m and H: a cluster of the largest of 4,
+    2, 1 CTAs giving each whole 32-value blocks, with the fewest vectors a thread that keep a
+    CTA within 256 threads; at 64-192 rows one CTA of all the cluster's threads, where they
+    are one vector a thread in whole warps (the same bits)."""
+    table = {
+        (1, 5120): (Kernel.CUDA_CLUSTER, CudaShape(4, 160)),
+        (6, 5120): (Kernel.CUDA_CLUSTER, CudaShape(4, 160)),
+        (63, 5120): (Kernel.CUDA_CLUSTER, CudaShape(4, 160)),
+        (64, 5120): (Kernel.CUDA_ONE_CTA, CudaShape(1, 640)),
+        (192, 5120): (Kernel.CUDA_ONE_CTA, CudaShape(1, 640)),
+        (193, 5120): (Kernel.CUDA_CLUSTER, CudaShape(4, 160)),
+        (97, 4096): (Kernel.CUDA_ONE_CTA, CudaShape(1, 512)),
+        (300, 4096): (Kernel.CUDA_CLUSTER, CudaShape(4, 128)),
+        (130, 1056): (Kernel.CUDA_CLUSTER, CudaShape(1, 160)),  # 33 blocks: no cluster
+        (100, 5248): (Kernel.CUDA_CLUSTER, CudaShape(4, 192)),  # 164 vectors: not whole warps
+        (100, 4160): (Kernel.CUDA_CLUSTER, CudaShape(2, 160)),  # 260 vectors: two a thread
+        (6, 40960): (Kernel.CUDA_CLUSTER, CudaShape(4, 256)),  # 5 vectors a thread
+    }
+    for (m, h), shape in table.items():
+        assert cuda_shape(m, h) == shape, (m, h)
 
 
 @pytest.mark.parametrize(

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.hc_mix_stats import (
     example_inputs,
+    forced_admission,
     mix_relative_error,
     reference_with_mix,
     single_pass_tf32,
@@ -15,16 +15,21 @@ from dsv41_kernels.devices import sm_major
 from dsv41_kernels.jit import load_module, module_available
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    MixStatsPlan,
+    Numerics,
+    Path,
+    Projection,
     SplitKConfig,
     check_config,
     cuda_kernel_fits,
     fuses,
+    make_plan,
     num_sms,
     split_k_config,
 )
-from dsv41_kernels.reference.mhc import hc_mix_stats as ref_mix_stats
-from dsv41_kernels.reference.mhc import hc_post, hc_pre, hc_sinkhorn
+from dsv41_kernels.reference.hc_mix_stats import hc_mix_stats as ref_mix_stats
+from dsv41_kernels.reference.hc_mix_stats import hc_post, hc_pre, hc_sinkhorn
 from test.machine import DEVICE, needs_kernel
 
 
@@ -124,7 +129,56 @@ def test_admission_names_the_path(m, mode, path):
     x = torch.zeros(m, 64, dtype=torch.bfloat16, device=DEVICE)
     adm = hc_mix_stats_admission(x, torch.zeros(24, 64, device=DEVICE), mode)
     assert adm and adm.reason.startswith(path + ":")
-    assert adm.kernel in (f"{path}/cuda", f"{path}/triton")
+    assert isinstance(adm.plan, MixStatsPlan) and adm.plan.path is Path(path)
+    assert adm.kernel == adm.plan.kernel and adm.kernel.startswith(f"{path}/")
+    if not x.is_cuda:
+        assert adm.plan.projection is Projection.TRITON and adm.module is None
+
+
+def test_plans_name_the_kernel_that_runs():
+    """A plan's kernel names the path, the projection's kernel and a fused launch (K = 20480 on
+    132 SMs: the wgmma kernel fuses the statistics from 16384 rows); numerics follow the
+    path, and a launch shape the kernels do not take is refused when the plan is made."""
+    k = 20480
+
+    def plan(path, projection, m):
+        cuda = projection is not Projection.TRITON
+        wgmma = projection is Projection.CUDA_WGMMA
+        return make_plan(path, projection, split_k_config(path, m, k, 132, cuda=cuda, wgmma=wgmma))
+
+    named = {
+        (Path.COMPENSATED, Projection.CUDA_WGMMA, 4096): "compensated/cuda wgmma",
+        (Path.COMPENSATED, Projection.CUDA_WGMMA, 16384): "compensated/cuda wgmma fused",
+        (Path.COMPENSATED, Projection.CUDA_MMA, 16384): "compensated/cuda mma.sync",
+        (Path.COMPENSATED, Projection.TRITON, 16384): "compensated/triton",
+        (Path.BATCH_INVARIANT, Projection.CUDA_WGMMA, 65536): "batch_invariant/cuda wgmma",
+        (Path.SMALL_ROW, Projection.TRITON, 6): "small_row/triton",
+    }
+    for (path, projection, m), kernel in named.items():
+        assert plan(path, projection, m).kernel == kernel
+    assert plan(Path.SMALL_ROW, Projection.TRITON, 6).numerics is Numerics.TF32X3
+    assert plan(Path.BATCH_INVARIANT, Projection.TRITON, 6).numerics is Numerics.COMPENSATED
+    assert plan(Path.COMPENSATED, Projection.TRITON, 128).partial_columns == 64
+    assert plan(Path.COMPENSATED, Projection.CUDA_MMA, 128).partial_columns == 32
+    with pytest.raises(ValueError, match="block_m must be 128"):
+        make_plan(Path.COMPENSATED, Projection.CUDA_MMA, SplitKConfig(256, 64, 8, 8, 4, 16))
+
+
+@needs_kernel
+def test_a_plan_with_another_launch_shape_runs_as_given():
+    """The benchmark's sweep passes plans of other launch shapes through the admission: the
+    kernels run them within the stated tolerances."""
+    m, hidden = 9, 32
+    x, fn, scale, base = example_inputs(m, hidden, device=DEVICE, seed=4)
+    ref = reference_with_mix(x, fn, scale, base)
+    for mode, config in (
+        ("compensated", SplitKConfig(16, 32, 3, 4, 2, 2)),
+        ("small_row", SplitKConfig(16, 64, 1, 4, 2, 4)),
+    ):
+        admission = forced_admission(x, fn, mode, Projection.TRITON, config)
+        assert admission.plan.config == config
+        ours = hc_mix_stats(x, fn, scale, base, mode=mode, return_mix=True, admission=admission)
+        assert stats_mismatches(ours, ref, scale) == 0
 
 
 def test_admission_refuses_without_triton_device_and_fallback_is_fp32_torch(monkeypatch):
@@ -178,7 +232,6 @@ def test_bad_arguments_name_themselves():
         (dict(rms_eps=None), "rms_eps must be a number"),
         (dict(post_mult=np.ones(2)), "post_mult must be a number"),
         (dict(return_mix=torch.ones(2)), "return_mix must be a bool"),
-        (dict(config="fast"), "config must be a SplitKConfig"),
     ],
 )
 def test_bad_scalars_name_themselves_before_any_kernel(kwargs, match):
@@ -209,12 +262,12 @@ def test_numpy_scalars_are_python_numbers():
 def test_launch_shapes_fit_grid_limits_up_to_65536_rows(path):
     for k in (4 * 4096, 4 * 5120, 4 * 7168, 160):
         for m in (1, 6, 64, 127, 128, 1024, 4096, 16384, 65536):
-            cfg = split_k_config(path, m, k, 132)
+            cfg = split_k_config(Path(path), m, k, 132)
             assert -(-m // cfg.block_m) < 2**31 and -(-m // cfg.finish_rows) < 2**31
             assert 1 <= cfg.splits <= min(256, -(-k // cfg.block_k))  # grid axis 1 <= 65535
-    invariant = {split_k_config("batch_invariant", m, 20480, 132) for m in (1, 384, 4096, 65536)}
+    invariant = {split_k_config(Path.BATCH_INVARIANT, m, 20480, 132) for m in (1, 384, 4096, 65536)}
     assert len(invariant) == 1
-    assert split_k_config("compensated", 6, 20480, 132).splits > 1  # small m fills the machine
+    assert split_k_config(Path.COMPENSATED, 6, 20480, 132).splits > 1  # small m fills the machine
 
 
 def test_cuda_launch_shapes():
@@ -222,7 +275,7 @@ def test_cuda_launch_shapes():
     two CTAs an SM; with wgmma one CTA an SM from 256 rows: 128 rows a CTA in
     WGMMA_ONE_WAVE_ROWS (at least 4 finisher rows, every slice in one finisher step), 256 above;
     the table is checked."""
-    shape = lambda m, wgmma: split_k_config("compensated", m, 20480, 132, cuda=True, wgmma=wgmma)
+    shape = lambda m, wgmma: split_k_config(Path.COMPENSATED, m, 20480, 132, cuda=True, wgmma=wgmma)
     table = {
         128: (128, 128, 1),
         255: (128, 128, 1),
@@ -324,7 +377,7 @@ def test_batch_invariant_mode_is_independent_of_batch_and_position():
     # There each row keeps its in-tile place while the batch's size and other rows change;
     # on CUDA the MMA rows are independent of their place, so rows also move.
     moves = torch.cuda.is_available()
-    tile = split_k_config("batch_invariant", 70, 4 * hidden, 1).block_m
+    tile = split_k_config(Path.BATCH_INVARIANT, 70, 4 * hidden, 1).block_m
     others = example_inputs(tile, hidden, device=DEVICE, seed=10)[0]
     for r in (0, 1, 63, 64, 69):
         place = 0 if moves else r % tile
@@ -372,9 +425,16 @@ def test_gpu_other_paths_accuracy(mode):
 @pytest.mark.gpu
 @pytest.mark.parametrize("m,hidden", [(65536, 4096), (300, 1000), (200, 4096), (7, 7168)])
 def test_gpu_other_shapes(m, hidden):
-    x, fn, scale, base = example_inputs(m, hidden, device="cuda", seed=m)
+    """Odd and large shapes (65536 rows: the fused kernel over 256 row tiles). A large batch
+    repeats 4096 random rows, each checked in every copy: the same kernels and checks, without
+    making and referencing 65536 random rows on the host."""
+    unique = min(m, 4096)
+    x, fn, scale, base = example_inputs(unique, hidden, device="cuda", seed=m)
     ref = reference_with_mix(x, fn, scale, base)
-    ours = hc_mix_stats(x, HcDerivedWeights(fn), scale, base, return_mix=True)
+    copies = m // unique
+    ref = [t.repeat(copies, *[1] * (t.dim() - 1)) for t in ref]
+    ours = hc_mix_stats(x.repeat(copies, 1), HcDerivedWeights(fn), scale, base, return_mix=True)
+    assert ours[0].shape[0] == m
     assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
     assert stats_mismatches(ours, ref, scale) == 0
 
@@ -392,11 +452,11 @@ def test_gpu_cuda_projection_agrees_with_the_triton_projection():
         ref = reference_with_mix(x, fn, scale, base)
         admission = hc_mix_stats_admission(x, holder, "compensated")
         assert projection in admission.reason
-        assert admission.kernel == "compensated/cuda"
+        assert admission.kernel.startswith("compensated/cuda")
         results = []
-        for kernel in ("compensated/cuda", "compensated/triton"):
+        for admitted in (admission, forced_admission(x, holder, "compensated", Projection.TRITON)):
             ours = hc_mix_stats(
-                x, holder, scale, base, mode="compensated", return_mix=True, admission=admit(kernel)
+                x, holder, scale, base, mode="compensated", return_mix=True, admission=admitted
             )
             assert mix_relative_error(ours[3], ref[3]) <= MIX_RTOL
             assert stats_mismatches(ours, ref, scale) == 0
@@ -408,7 +468,7 @@ def test_gpu_cuda_projection_agrees_with_the_triton_projection():
     for view, cuda in ((wide[:, : 4 * 5120], True), (wide[:, 1 : 4 * 5120 + 1], False)):
         assert cuda_kernel_fits(view, fn) is cuda
         kernel = hc_mix_stats_admission(view, fn, "compensated").kernel
-        assert kernel == ("compensated/cuda" if cuda else "compensated/triton")
+        assert kernel.startswith("compensated/cuda") if cuda else kernel == "compensated/triton"
         ref = reference_with_mix(view, fn, scale, base)
         holder = HcDerivedWeights(fn)
         ours = hc_mix_stats(view, holder, scale, base, mode="compensated", return_mix=True)
@@ -536,12 +596,13 @@ def test_gpu_fused_statistics():
     for a, b in zip(options[:3], want, strict=True):
         assert (a.double() - b).abs().max() < 1e-5
     for m, fused_expected in ((1024, False), (4096, False), (16384, True), (65536, True)):
-        cfg = split_k_config("compensated", m, k, 132, cuda=True, wgmma=True)  # the H200's SMs
+        cfg = split_k_config(Path.COMPENSATED, m, k, 132, cuda=True, wgmma=True)  # the H200's SMs
         assert fuses(cfg, wgmma=True) is fused_expected
-    assert not fuses(split_k_config("batch_invariant", 4096, k, 132, cuda=True), wgmma=True)
+    assert not fuses(split_k_config(Path.BATCH_INVARIANT, 4096, k, 132, cuda=True), wgmma=True)
     x, fn, scale, base = example_inputs(16384, 5120, device="cuda", seed=9)
     holder = HcDerivedWeights(fn)
-    cfg = split_k_config("compensated", 16384, k, num_sms(x.device), cuda=True, wgmma=True)
+    cfg = split_k_config(Path.COMPENSATED, 16384, k, num_sms(x.device), cuda=True, wgmma=True)
+    assert hc_mix_stats_admission(x, holder).kernel == "compensated/cuda wgmma fused"
     assert_rows_equal(
         hc_mix_stats(x, holder, scale, base, return_mix=True),
         fused(x, fn, holder.lo, scale, base, cfg.splits),
@@ -565,11 +626,14 @@ def test_gpu_batch_invariance_bit_for_bit():
         rows, holder, scale, base, mode="batch_invariant", return_mix=True
     )
     probes = example_inputs(5, 5120, device="cuda", seed=12)[0]
+    batches = {
+        batch: example_inputs(batch, 5120, device="cuda", seed=batch)[0] for batch in (384, 4096)
+    }
     for p in range(probes.shape[0]):
         row = probes[p : p + 1]
         alone = run(row.clone())
         for batch, positions in ((384, (0, 1, 100, 383)), (4096, (0, 63, 64, 2049, 4095))):
-            x = example_inputs(batch, 5120, device="cuda", seed=batch + p)[0]
+            x = batches[batch]  # earlier probes stay in it: only row pos is compared
             for pos in positions:
                 x[pos] = row[0]
                 inside = run(x)
@@ -612,4 +676,5 @@ def test_cuda_projection_is_only_chosen_for_cuda_tensors():
     _, fn, _, _ = example_inputs(4, 64, device="cpu", seed=1)
     assert not cuda_kernel_fits(x, fn)
     admission = hc_mix_stats_admission(x, fn, "compensated")
-    assert "mma.sync" not in admission.reason and admission.kernel != "compensated/cuda"
+    assert "mma.sync" not in admission.reason
+    assert admission.kernel in (None, "compensated/triton")

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import torch
 
 from dsv41_kernels.admission import check_tensor
-from dsv41_kernels.reference.mhc import HC_MIX
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX
 
 TF32_DROPPED_BITS = 13
 """fp32 has 23 explicit mantissa bits, TF32 10; the tensor core ignores the low 13 (C.7)."""

@@ -1,5 +1,5 @@
-"""mHC mixing statistics: projection, RMS factor, gates and Sinkhorn in two launches (one on
-Hopper from 16384 rows).
+"""mHC mixing statistics: projection, RMS factor, gates and Sinkhorn in two launches (one where
+the CUDA projection fuses the statistics: Hopper, 1-2 K slices).
 
 Every DeepSeek-V4(.1) sublayer turns its four residual streams ``x [m, 4H]`` (bf16) into
 ``(pre [m, 4], post [m, 4], comb [m, 4, 4])`` through a projection by ``fn [24, 4H]`` (fp32)
@@ -19,10 +19,10 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   ``sgl-kernel/csrc/hc_mix_stats.cu`` (TF32 ``wgmma`` fed by TMA on Hopper, ``mma.sync`` fed
   by cp.async elsewhere), whose partial ``[S, m, 32]`` already holds each slice's
   ``x·hi + x·lo`` (on Hopper from 16384 rows, 1-2 K slices, the same launch also finishes
-  the statistics: :func:`~.hc_mix_stats_kernels.fuses`); elsewhere Triton, whose partial is
-  the 64 columns ``[hi | 0 | lo | 0]`` (the finisher adds the halves). The
-  Triton projection's fp32 copy of x defeats its pipeliner (~1.2 TB/s, against ~2.7 for
-  ``mma.sync`` and ~3.5 for ``wgmma``). The two differ in the last bits and the statistics feed
+  the statistics: :func:`~.hc_mix_stats_plan.fuses`); elsewhere Triton, whose partial is
+  the 64 columns ``[hi | 0 | lo | 0]`` (the finisher adds the halves). The Triton
+  projection's fp32 copy of x defeats its pipeliner, so it reads x at well under the CUDA
+  kernels' bandwidth. The two differ in the last bits and the statistics feed
   the residual streams every rank of a tensor-parallel group holds a copy of, so the choice
   never depends on the toolchain: a machine that cannot build or load the CUDA module gets that
   error, not the other bits.
@@ -32,8 +32,10 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
 - ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
   count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch.
 
-The kernels and their launch shapes are in :mod:`.hc_mix_stats_kernels`; the admission's
-``kernel`` names the path and the projection's kernel, e.g. ``"compensated/cuda"``.
+The admission chooses the path, the projection's kernel and the launch shape once, as a
+:class:`~.hc_mix_stats_plan.MixStatsPlan` (``Admission.plan``); its ``kernel`` names the path and
+the kernel that runs, e.g. ``"compensated/cuda wgmma"``, ``"compensated/cuda wgmma fused"`` or
+``"small_row/triton"``. The Triton kernels are in :mod:`.hc_mix_stats_triton`.
 
 Exactness claim: no path is bitwise equal to an fp32 SGEMM (tensor-core accumulation order is
 not sequential, C.7). Against a float64 reference the mix values stay within
@@ -61,18 +63,19 @@ from dsv41_kernels.admission import (
     refuse,
     triton_device,
 )
+from dsv41_kernels.devices import cuda_index
+from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.mhc import hc_mix_stats_triton as triton_kernels
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, tf32_residual
-from dsv41_kernels.ops.mhc.hc_mix_stats_kernels import (
-    MODULE,
-    SplitKConfig,
-    check_config,
-    cuda_kernel_fits,
-    launch,
-    num_sms,
-    split_k_config,
-    uses_wgmma,
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    MixStatsPlan,
+    Numerics,
+    Path,
+    Projection,
+    default_plan,
+    projection_for,
 )
-from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT, hc_gates, hc_mix
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT, hc_gates, hc_mix
 
 MODES = ("auto", "compensated", "small_row", "batch_invariant")
 COMPENSATED_MIN_ROWS = 128
@@ -83,9 +86,7 @@ MIX_RTOL = 5e-6
 MAX_SINKHORN_ITERS = 1000
 """Sinkhorn converges in tens of iterations (V4 runs 20); the bound keeps a mistyped count from
 running for hours."""
-CUDA = "cuda"
-TRITON = "triton"
-"""The projection's kernel, the second half of an admission's ``kernel`` name."""
+MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection (fused or not)
 
 
 def _validate_inputs(x, weights, mode) -> None:
@@ -103,10 +104,10 @@ def _validate_inputs(x, weights, mode) -> None:
         raise ValueError(f"weights is on {fn.device}, x on {x.device}")
 
 
-def _validate(x, weights, mode, scale, base, scalars: dict) -> dict:
-    """Raise ValueError naming the argument; returns ``scalars`` (``iters``, ``rms_eps``,
-    ``eps``, ``post_mult``) as Python numbers."""
-    _validate_inputs(x, weights, mode)
+def _validate_gates(x, scale, base, scalars: dict) -> dict:
+    """What the admission does not see (``x`` already checked): raise ValueError naming the
+    argument; returns ``scalars`` (``iters``, ``rms_eps``, ``eps``, ``post_mult``) as Python
+    numbers."""
     check_tensor("scale", scale, dtypes=(torch.float32,))
     check_tensor("base", base, dtypes=(torch.float32,))
     if scale.numel() != 3 or base.numel() != HC_MIX:
@@ -120,34 +121,44 @@ def _validate(x, weights, mode, scale, base, scalars: dict) -> dict:
     }
 
 
-def _path(rows: int, mode: str) -> tuple[str, str]:
+def _path(rows: int, mode: str) -> tuple[Path, str]:
     if mode != "auto":
-        return mode, "requested"
+        return Path(mode), "requested"
     if rows >= COMPENSATED_MIN_ROWS:
-        return "compensated", f"{rows} rows >= {COMPENSATED_MIN_ROWS}"
-    return "small_row", f"{rows} rows < {COMPENSATED_MIN_ROWS}"
+        return Path.COMPENSATED, f"{rows} rows >= {COMPENSATED_MIN_ROWS}"
+    return Path.SMALL_ROW, f"{rows} rows < {COMPENSATED_MIN_ROWS}"
+
+
+_PROJECTION_NOTES = {
+    Projection.CUDA_WGMMA: ", CUDA wgmma projection",
+    Projection.CUDA_MMA: ", CUDA mma.sync projection",
+    Projection.TRITON: "",
+}
 
 
 def _plan(x: torch.Tensor, fn: torch.Tensor, derived: bool, mode: str) -> Admission:
+    """The admission for valid arguments: the one place the plan is chosen."""
     where = triton_device(x)
     if not where:
         return where
     if x.dtype != torch.bfloat16:
         return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
-    path, why = _path(x.shape[0], mode)
-    projection, module = TRITON, None
-    if path in ("compensated", "batch_invariant"):
-        if cuda_kernel_fits(x.flatten(1), fn):  # never the toolchain: the same on every rank
-            projection, module = CUDA, MODULE
-            why += f", CUDA {'wgmma' if uses_wgmma(x.device) else 'mma.sync'} projection"
-        if not derived:
-            why += ", fn's residual made on every call (pass HcDerivedWeights)"
-    return admit(f"{path}/{projection}", f"{path}: {why} ({where.reason})", module)
+    x2d = x.flatten(1)
+    path, why = _path(x2d.shape[0], mode)
+    # Never the toolchain: the same projection on every rank (see the module docstring).
+    projection = projection_for(x2d, fn, path)
+    plan = default_plan(path, projection, *x2d.shape, x.device)
+    why += _PROJECTION_NOTES[projection]
+    if plan.numerics is Numerics.COMPENSATED and not derived:
+        why += ", fn's residual made on every call (pass HcDerivedWeights)"
+    module = None if projection is Projection.TRITON else MODULE
+    return admit(plan.kernel, f"{path.value}: {why} ({where.reason})", module, plan)
 
 
 def hc_mix_stats_admission(x: torch.Tensor, weights, mode: str = "auto") -> Admission:
-    """Whether the kernels run, which path and which projection kernel (the reason starts with
-    the path's name). Pure: reads shapes, dtypes and devices only."""
+    """Whether the kernels run, and the plan they run (``kernel`` names the path and the
+    projection's kernel; the reason starts with the path's name). Pure: reads shapes,
+    strides, dtypes and devices only."""
     try:
         _validate_inputs(x, weights, mode)
     except ValueError as e:
@@ -168,7 +179,6 @@ def hc_mix_stats(
     post_mult: float = 2.0,
     mode: str = "auto",
     return_mix: bool = False,
-    config: SplitKConfig | None = None,
     admission: Admission | None = None,
 ):
     """mHC statistics of ``x``: ``(pre [m, 4], post [m, 4], comb [m, 4, 4])``, all fp32.
@@ -182,25 +192,21 @@ def hc_mix_stats(
         mode: ``"auto"`` (compensated from 128 rows, small-row below), ``"compensated"``,
             ``"small_row"`` or ``"batch_invariant"`` (see the module).
         return_mix: also return ``mix [m, 24]`` fp32, the projection times the RMS factor.
-        config: a :class:`SplitKConfig` overriding the launch shape (tuning); in
-            ``batch_invariant`` mode invariance holds among calls that use the same one. On
-            the CUDA projection its ``block_m`` is the rows a CTA: 128, or 256 on Hopper
-            (anything else is a ValueError).
-        admission: this call's :func:`hc_mix_stats_admission`, when the caller already made it.
+        admission: this call's :func:`hc_mix_stats_admission`, when the caller already made it:
+            its plan is what runs, and an admitted one is not validated again.
 
     Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.
     """
-    scalars = {"iters": iters, "rms_eps": rms_eps, "eps": eps, "post_mult": post_mult}
-    scalars = _validate(x, weights, mode, scale, base, scalars)
-    return_mix = check_flag("return_mix", return_mix)
-    if config is not None and not isinstance(config, SplitKConfig):
-        raise ValueError(f"config must be a SplitKConfig or None, got {type(config).__name__}")
-    x2d = x.flatten(1)
     holder = weights if isinstance(weights, HcDerivedWeights) else None
     fn = holder.fn if holder else weights
+    if admission is None or not admission:
+        _validate_inputs(x, weights, mode)
+        admission = _plan(x, fn, holder is not None, mode) if admission is None else admission
+    scalars = {"iters": iters, "rms_eps": rms_eps, "eps": eps, "post_mult": post_mult}
+    scalars = _validate_gates(x, scale, base, scalars)
+    return_mix = check_flag("return_mix", return_mix)
+    x2d = x.flatten(1)
     lo = holder.require_active() if holder else None
-    if admission is None:
-        admission = _plan(x, fn, holder is not None, mode)
     if not admission:
         mix = hc_mix(x2d, fn, rms_eps=scalars["rms_eps"], dtype=torch.float32)
         stats = hc_gates(
@@ -212,23 +218,56 @@ def hc_mix_stats(
             post_mult=scalars["post_mult"],
         )
         return (*stats, mix) if return_mix else stats
-    path, projection = admission.kernel.split("/")
-    numerics = "tf32x3" if path == "small_row" else "compensated"
-    if numerics == "compensated" and lo is None:
+    plan = admission.plan
+    if plan.numerics is Numerics.COMPENSATED and lo is None:
         lo = tf32_residual(fn)  # only compensated reads lo; tf32x3 splits fn in registers
-    cuda = projection == CUDA
-    wgmma = cuda and uses_wgmma(x.device)
-    cfg = config or split_k_config(path, *x2d.shape, num_sms(x.device), cuda=cuda, wgmma=wgmma)
-    check_config(cfg, cuda=cuda, wgmma=wgmma)
-    return launch(
-        x2d,
-        fn,
-        lo,
+    return launch(x2d, fn, lo, scale, base, plan, **scalars, return_mix=return_mix)
+
+
+def launch(
+    x2d, fn, lo, scale, base, plan: MixStatsPlan, *, iters, rms_eps, eps, post_mult, return_mix
+):
+    """Run ``plan``: the projection (CUDA or Triton) and the finisher, or the fused CUDA kernel.
+    Returns ``(pre, post, comb)`` and, with ``return_mix``, ``mix``. ``lo`` is fn's
+    :func:`~dsv41_kernels.ops.mhc.hc_derived_weights.tf32_residual` (read with compensated
+    numerics only)."""
+    m, k = x2d.shape
+    device = x2d.device
+    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
+    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
+    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finishers write it
+    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
+    if m == 0:
+        return outputs
+    cfg = plan.config
+    cuda = plan.projection is not Projection.TRITON
+    module = load_module(MODULE, cuda_index(device)) if cuda else None
+    if plan.fused:
+        scale, base = scale.reshape(-1).contiguous(), base.reshape(-1).contiguous()
+        module.hc_mix_stats_fused(
+            x2d, fn, lo, scale, base, pre, post, comb, mix, cfg.splits, rms_eps, eps, post_mult,
+            iters,
+        )  # fmt: skip
+        return outputs
+    partial = torch.empty((cfg.splits, m, plan.partial_columns), dtype=torch.float32, device=device)
+    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
+    if cuda:
+        wgmma = plan.projection is Projection.CUDA_WGMMA
+        module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, wgmma, cfg.block_m)
+    else:
+        triton_kernels.launch_partials(x2d, fn, lo, partial, sqsum, plan)
+    triton_kernels.launch_finish(
+        partial,
+        sqsum,
         scale,
         base,
-        numerics=numerics,
-        cuda=cuda,
-        cfg=cfg,
-        **scalars,
-        return_mix=return_mix,
+        (pre, post, comb, mix),
+        plan,
+        k=k,
+        iters=iters,
+        rms_eps=rms_eps,
+        eps=eps,
+        post_mult=post_mult,
     )
+    return outputs

@@ -1,165 +1,33 @@
-"""The kernels of the mHC mixing statistics and their launcher (:mod:`.hc_mix_stats`).
+"""The Triton kernels of the mHC mixing statistics (:mod:`.hc_mix_stats`) and their launches.
 
-Two launches: a split-K projection writes, per K slice, the partial products ``[S, m, N]`` and
-the partial sums of squares ``[S, m]`` (the Triton kernel :func:`_mix_partials_kernel`, or on
-sm_80+ the CUDA kernel ``sgl-kernel/csrc/hc_mix_stats.cu``: TF32 ``wgmma`` fed by TMA on Hopper,
-``mma.sync`` fed by cp.async elsewhere); then one finisher (:func:`_mix_finish_kernel`)
-reduces the slices in a fixed order, adds the compensation columns (Triton's partials keep
-them apart), applies the RMS factor, the gates and Sinkhorn. Where :func:`fuses` holds (Hopper,
-256 rows a CTA, 1-2 slices) one launch does it all: the wgmma kernel's slice CTAs of a row
-tile add their partials in distributed shared memory and finish the rows themselves. Launch
-shapes come from :func:`split_k_config`.
+Two launches: the split-K projection :func:`_mix_partials_kernel` writes, per K slice, the
+partial products ``[S, m, N]`` and the partial sums of squares ``[S, m]`` (the CUDA projection,
+``sgl-kernel/csrc/hc_mix_stats.cu``, writes the same partials); then one finisher,
+:func:`_mix_finish_kernel`, reduces the slices in a fixed order, adds the compensation columns
+(Triton's partials keep them apart), applies the RMS factor, the gates and Sinkhorn. Launch
+shapes come from the plan (:mod:`.hc_mix_stats_plan`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.devices import cuda_index, multiprocessors, sm_major
 from dsv41_kernels.interpreter import serialized, triton_interpreter
-from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_derived_weights import TF32_DROPPED_BITS
-from dsv41_kernels.reference.mhc import HC_MIX, HC_MULT
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import GATE_COLUMNS, MixStatsPlan, Numerics
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
 
-_GATE_COLUMNS = 32  # fn padded from 24 rows to the tl.dot N tile
-_COMPENSATED_COLUMNS = 64  # Triton's partials [hi (24) | 0 (8) | lo (24) | 0 (8)]: one N tile
-_LO_COLUMN = 32
-_MAX_SPLITS = 256
-_FINISH_PAIRS = 128
-"""(slice, row) pairs per finisher step: 4096 fp32 columns (twice that compensated), 32 a thread
-at 4 warps, so a step's loads are all in flight at once without spilling."""
-_FINISH_PAIRS_FEW_ROWS = 256
-"""The same with 32-column partials (the CUDA projection's, Triton's single pass) at up to 8
-rows a program, so one step takes every slice of the one-wave shapes (H200,
-docs/results/h200/session16: faster there; at 16 and 32 rows a program 256 pairs were slower,
-34.9 against 32.9 us at 2048 rows)."""
-_FINISH_WARPS = 4
+_LO_COLUMN = 32  # compensated partials: where lo's columns start
+_FINISH_WARPS = 4  # one per SM sub-partition: the finisher's lanes beyond its rows repeat work
 _PREFETCH_STEPS = 4
 """How many K steps ahead the projection asks L2 for x (a slice is read once, in order)."""
-_INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
 _STREAMS = tl.constexpr(HC_MULT)  # kernels see module constants only as constexpr
 _MIX = tl.constexpr(HC_MIX)
-_GATE_N = tl.constexpr(_GATE_COLUMNS)
+_GATE_N = tl.constexpr(GATE_COLUMNS)
 _LO_N = tl.constexpr(_LO_COLUMN)
 _TF32_MASK = tl.constexpr(-(1 << TF32_DROPPED_BITS))
 _EXPONENT_BITS = tl.constexpr(0x7F800000)
-
-
-MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection (fused or not)
-FUSED_MAX_SPLITS = 2
-"""The op's fused wgmma kernel takes at most this many K slices (the kernel takes up to 8, the
-portable cluster size). A row tile's slices are one cluster, and the H200 does not hold every
-cluster of 4 or 8 at once where the default shapes ask for them: 4096 rows (16 clusters of 8)
-took 88.6 us fused against 54.3 for the two launches, 8192 (32 of 4) 161.6 against 96.1, a
-second wave each (docs/results/h200/session9). From 16384 rows (1-2 slices) it is faster."""
-WGMMA_ONE_WAVE_ROWS = (256, 1024)
-"""In this range of rows the wgmma projection takes 128 rows a CTA, one CTA an SM (about
-``num_sms`` CTAs, fewer and longer K slices); above, 256 rows one CTA an SM; below, 128 rows two
-CTAs an SM. H200, the whole op (docs/results/h200/session16/call5, A/B in one process): 10.5 /
-12.0 / 12.9 / 16.1 / 19.4 us at 256 / 384 / 512 / 768 / 1024 rows against 11.6 / 13.6 / 14.5 /
-18.3 / 20.1 for the shapes before; at 1536 and 2048 rows 256 rows a CTA stayed faster."""
-
-
-def uses_wgmma(device: torch.device) -> bool:
-    """The CUDA projection's Hopper kernel (wgmma) runs on sm_90; mma.sync elsewhere."""
-    return sm_major(cuda_index(device)) == 9
-
-
-def fuses(cfg: SplitKConfig, *, wgmma: bool) -> bool:
-    """Whether the CUDA projection runs fused with the statistics (one launch, no partials in
-    global memory): the wgmma kernel at 256 rows a CTA with at most :data:`FUSED_MAX_SPLITS`
-    K slices, whose CTAs (one cluster a row tile) add their partials in distributed shared
-    memory. Pure: the launch shape and the architecture."""
-    return wgmma and cfg.block_m == 256 and cfg.splits <= FUSED_MAX_SPLITS
-
-
-def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
-    """The compensated projection is the CUDA kernel's (pipelined copies, TF32 tensor cores)
-    rather than the Triton one's: sm_80+, ``K % 64 == 0``, 16-byte aligned rows of stride 1
-    that do not overlap, and ``fn`` contiguous and 16-byte aligned. Pure: shapes, strides,
-    alignment and the GPU's architecture, never the toolchain (the two projections differ in
-    the last bits and the statistics feed replicated residual streams: :mod:`.hc_mix_stats`)."""
-    return (
-        x2d.is_cuda
-        and fn.is_contiguous()
-        and fn.data_ptr() % 16 == 0
-        and x2d.dtype == torch.bfloat16
-        and x2d.shape[1] % 64 == 0
-        and x2d.stride(1) == 1
-        and x2d.data_ptr() % 16 == 0
-        and (x2d.stride(0) * 2) % 16 == 0
-        and (x2d.shape[0] <= 1 or x2d.stride(0) >= x2d.shape[1])  # rows that do not overlap
-        and sm_major(x2d.device.index or 0) >= 8
-    )
-
-
-@dataclass(frozen=True)
-class SplitKConfig:
-    """Launch shape of the split-K projection and of its finisher."""
-
-    block_m: int  # rows per projection program (tl.dot M tile; the CUDA kernel's rows a CTA)
-    block_k: int  # K elements per pipelined step
-    splits: int  # K slices (grid axis 1), each with its own partial
-    num_warps: int
-    num_stages: int
-    finish_rows: int  # rows per finisher program
-
-
-def split_k_config(
-    path: str, m: int, k: int, num_sms: int, *, cuda: bool = False, wgmma: bool = False
-) -> SplitKConfig:
-    """Default launch shapes: enough (row tile, K slice) programs to fill ``num_sms`` SMs.
-
-    ``cuda``: the compensated projection runs the CUDA kernel, 128 rows a CTA and two CTAs
-    an SM, so the slices fill ``2 * num_sms`` CTAs (H200, K = 20480: 128 rows -> 1 tile x 128
-    slices); with ``wgmma`` one CTA an SM from 256 rows (:data:`WGMMA_ONE_WAVE_ROWS`: 128 rows
-    a CTA to 1024 rows, 512 -> 4 tiles x 33 slices, at most the slices of one finisher step;
-    256 rows above, 4096 -> 16 x 8, 16384 -> 64 x 2). Only ``block_m`` (the rows a CTA),
-    ``splits`` and ``finish_rows`` apply to it.
-
-    The TF32 projection needs ~220 registers a thread at 64 x 64 x 64 with 8 warps (the fp32
-    copy of x feeds the MMA from registers), so one program per SM. H200, K = 20480:
-    ``compensated`` 4096 rows -> 64 tiles x 2 slices; 1024 -> 16 x 8; 128 -> 2 x 66;
-    ``small_row`` 6 rows -> 1 tile of 16 x 128 slices of 160. Slice length no longer bounds
-    the error (each MMA chain is one K step). ``batch_invariant`` ignores ``m`` entirely.
-    """
-    if path == "batch_invariant":
-        return SplitKConfig(128 if cuda else 64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
-    # About a row a program per SM, half that below 1024 rows (the finisher's dependent chain,
-    # not its loads, sets its time there), at most 32 (H200 sweep, docs/results/h200/session7).
-    rows_an_sm = triton.next_power_of_2(triton.cdiv(m, num_sms))
-    finish_rows = max(1, min(32, rows_an_sm if m >= 1024 else rows_an_sm // 2))
-    if cuda and path == "compensated":
-        low, high = WGMMA_ONE_WAVE_ROWS
-        if wgmma and low <= m <= high:  # every slice in one finisher step, >= 4 rows a program
-            finish_rows = max(4, rows_an_sm)
-            # One finisher step where it has <= 8 rows a program (132 SMs: every m here). With
-            # fewer SMs (16+ rows a program) the step is smaller, but a cap from it would idle SMs.
-            fill = min(num_sms // triton.cdiv(m, 128), _FINISH_PAIRS_FEW_ROWS // finish_rows)
-            return SplitKConfig(128, 64, max(1, min(fill, k // 64)), 8, 4, finish_rows)
-        rows, per_sm = (256, 1) if wgmma and m > high else (128, 2)
-        fill = per_sm * num_sms // max(1, triton.cdiv(m, rows))
-        splits = max(1, min(fill, 128, k // 64))
-        return SplitKConfig(rows, 64, splits, 8, 4, finish_rows)
-    block_k = 64
-    if path == "small_row":  # small tiles, two programs per SM
-        block_m = min(max(triton.next_power_of_2(m), 16), 64)
-        fill = 2 * num_sms // max(1, triton.cdiv(m, block_m))
-        splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-        return SplitKConfig(block_m, block_k, splits, 4, 3, finish_rows)
-    fill = num_sms // max(1, triton.cdiv(m, 64))  # slices that fill the machine
-    splits = max(1, min(fill, 128, triton.cdiv(k, block_k)))
-    return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
-
-
-def num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return _INTERPRETER_SMS
-    return multiprocessors(cuda_index(device))
 
 
 @triton.jit
@@ -348,7 +216,7 @@ def _mix_finish_kernel(
 
     # From here every value is its own [R] vector (one element a row), so the gates and the
     # 40 Sinkhorn normalisations run in each row's thread without any cross-lane reduction
-    # (a [R, 4, 4] tile needs two shuffle rounds per normalisation, ~2 µs over 20 rounds).
+    # (a [R, 4, 4] tile needs two shuffle rounds per normalisation).
     # Lanes beyond R repeat the work, so the program has 4 warps (one per SM sub-partition):
     # at 8 warps the repeats share issue slots and double the time.
     pre0, pre1, pre2, pre3 = _gates4(mix_rows, 0, row_ok, scale_ptr, base_ptr, eps, 1.0)
@@ -455,9 +323,12 @@ def _store4(ptr, a, b, c, d, row_ok):
     tl.store(ptr + 3, d, mask=row_ok)
 
 
-def _launch_triton_partials(x2d, fn, lo, partial, sqsum, *, numerics, cfg):
+def launch_partials(x2d, fn, lo, partial, sqsum, plan: MixStatsPlan) -> None:
+    """The Triton projection into ``partial [S, m, plan.partial_columns]`` and ``sqsum [S, m]``;
+    ``lo`` is read only with compensated numerics."""
     m, k = x2d.shape
-    compensated = numerics == "compensated"
+    cfg = plan.config
+    compensated = plan.numerics is Numerics.COMPENSATED
     with serialized():
         _mix_partials_kernel[(triton.cdiv(m, cfg.block_m), cfg.splits)](
             x2d,
@@ -478,7 +349,7 @@ def _launch_triton_partials(x2d, fn, lo, partial, sqsum, *, numerics, cfg):
             BLOCK_K=cfg.block_k,
             EVEN_K=k % cfg.block_k == 0,
             # tf32x3 (small_row): on the raw fn, its split made in registers (x's residual is 0).
-            PRECISION="tf32x3" if numerics == "tf32x3" else "tf32",
+            PRECISION="tf32x3" if plan.numerics is Numerics.TF32X3 else "tf32",
             COMPENSATED=compensated,
             PREFETCH=0 if triton_interpreter() or cfg.block_k < 64 else _PREFETCH_STEPS,
             num_warps=cfg.num_warps,
@@ -486,42 +357,14 @@ def _launch_triton_partials(x2d, fn, lo, partial, sqsum, *, numerics, cfg):
         )
 
 
-def launch(
-    x2d, fn, lo, scale, base, *, numerics, cuda, cfg, iters, rms_eps, eps, post_mult, return_mix
-):
-    """The projection (CUDA with ``cuda``, else Triton) and the finisher: ``(pre, post, comb)``
-    and, with ``return_mix``, ``mix``. ``numerics``: ``"compensated"`` (``lo``: fn's
-    :func:`~dsv41_kernels.ops.mhc.hc_derived_weights.tf32_residual`), ``"tf32x3"`` or
-    ``"tf32"`` (single pass; ``lo`` is not read)."""
-    m, k = x2d.shape
-    # The CUDA kernels add each slice's x·lo to its x·hi themselves: their partials are 32 wide.
-    lo_columns = numerics == "compensated" and not cuda
-    part_n = _COMPENSATED_COLUMNS if lo_columns else _GATE_COLUMNS
-    device = x2d.device
-    pre = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    post = torch.empty((m, HC_MULT), dtype=torch.float32, device=device)
-    comb = torch.empty((m, HC_MULT, HC_MULT), dtype=torch.float32, device=device)
-    mix = torch.empty((m, HC_MIX), dtype=torch.float32, device=device)  # the finishers write it
-    outputs = (pre, post, comb, mix) if return_mix else (pre, post, comb)
-    if m == 0:
-        return outputs
-    module = load_module(MODULE, cuda_index(device)) if cuda else None
-    wgmma = cuda and uses_wgmma(device)
-    if cuda and fuses(cfg, wgmma=wgmma):
-        scale, base = scale.reshape(-1).contiguous(), base.reshape(-1).contiguous()
-        module.hc_mix_stats_fused(
-            x2d, fn, lo, scale, base, *outputs[:3], mix, cfg.splits, rms_eps, eps, post_mult, iters
-        )
-        return outputs
-    partial = torch.empty((cfg.splits, m, part_n), dtype=torch.float32, device=device)
-    sqsum = torch.empty((cfg.splits, m), dtype=torch.float32, device=device)
-    if cuda:
-        module.hc_mix_partials_tf32(x2d, fn, lo, partial, sqsum, wgmma, cfg.block_m)
-    else:
-        _launch_triton_partials(x2d, fn, lo, partial, sqsum, numerics=numerics, cfg=cfg)
-    few_rows = part_n == _GATE_COLUMNS and cfg.finish_rows <= 8
-    pairs = _FINISH_PAIRS_FEW_ROWS if few_rows else _FINISH_PAIRS
-    slices_per_step = min(triton.next_power_of_2(cfg.splits), max(1, pairs // cfg.finish_rows))
+def launch_finish(
+    partial, sqsum, scale, base, outputs, plan: MixStatsPlan, *, k, iters, rms_eps, eps, post_mult
+) -> None:
+    """The finisher: from the partials of a projection over ``k`` columns to ``outputs =
+    (pre, post, comb, mix)``."""
+    pre, post, comb, mix = outputs
+    m = mix.shape[0]
+    cfg = plan.config
     with serialized():
         _mix_finish_kernel[(triton.cdiv(m, cfg.finish_rows),)](
             partial,
@@ -538,27 +381,12 @@ def launch(
             rms_eps,
             eps,
             post_mult,
-            PART_N=part_n,
-            COMPENSATED=lo_columns,
+            PART_N=plan.partial_columns,
+            COMPENSATED=plan.partial_columns != GATE_COLUMNS,
             LO_COLUMN=_LO_COLUMN,
             ITERS=iters,
             FAST_RCP=not triton_interpreter(),
-            BLOCK_S=slices_per_step,
+            BLOCK_S=plan.finish_slices,
             BLOCK_R=cfg.finish_rows,
             num_warps=_FINISH_WARPS,
         )
-    return outputs
-
-
-def check_config(cfg: SplitKConfig, *, cuda: bool = False, wgmma: bool = False) -> None:
-    """Raise ValueError unless ``cfg`` is a launch shape the kernels take (``cuda``: the CUDA
-    projection's, ``wgmma`` its Hopper kernel's)."""
-    pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
-    if cuda and cfg.block_m not in ((128, 256) if wgmma else (128,)):
-        raise ValueError(f"config: block_m must be 128 (or 256 with wgmma) on CUDA, got {cfg}")
-    if not ((cuda or cfg.block_m in (16, 32, 64, 128)) and pow2(cfg.block_k, 16)):
-        raise ValueError(
-            f"config: block_m must be 16..128 and block_k a power of 2 >= 16, got {cfg}"
-        )
-    if not (1 <= cfg.splits <= _MAX_SPLITS and pow2(cfg.finish_rows, 1)):
-        raise ValueError(f"config: splits must be 1..{_MAX_SPLITS}, finish_rows a power of 2")
