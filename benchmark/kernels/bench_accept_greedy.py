@@ -4,10 +4,10 @@ DSpark verifies n = 6 rows of vocab 129280 per request; bs 1, 4, 16, 64, with a 
 ``torch rule`` (torch.argmax and the rule in torch ops), ``sglang-0.5.23`` (SGLang's own
 ``accept_greedy_triton(..., fused_argmax=True)``, what ``AcceptGreedy.execute`` runs for a
 DeepSeek-V4.1 target on CUDA: its split-vocab argmax, inexact on NaN, then the rule in a few
-launches) and ``ours`` (the public op: the CUDA cluster kernel on sm_90+, else the Triton
-kernel), checked equal first (random logits, no NaN). ``--sweep`` also times the Triton
-accept's launch shapes at bs 1 (the public op takes the cluster kernel there, so the sweep
-launches the Triton kernel itself).
+launches) and ``ours`` (the public op: its CUDA kernels on sm_90+, else the Triton kernel; the
+record names the kernel), checked equal first (random logits, no NaN). ``--sweep`` also times
+the Triton accept's launch shapes at bs 1 (the public op takes a CUDA kernel there, so the
+sweep launches the Triton kernel itself).
     python benchmark/kernels/bench_accept_greedy.py --json bench_accept_greedy.json
 """
 
@@ -22,15 +22,15 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy_torch,
     launch_triton,
 )
-from dsv41_kernels.ops.speculative.argmax_reduction import LaunchConfig
+from dsv41_kernels.ops.speculative.argmax_plan import TritonLaunch
 
 VOCAB = 129280
 N = 6
 SWEEP_CONFIGS = (
-    LaunchConfig(2048, 1024, 4),
-    LaunchConfig(4096, 1024, 8),
-    LaunchConfig(4096, 2048, 8),
-    LaunchConfig(8192, 1024, 8),
+    TritonLaunch(2048, 1024, 4),
+    TritonLaunch(4096, 1024, 8),
+    TritonLaunch(4096, 2048, 8),
+    TritonLaunch(8192, 1024, 8),
 )
 
 

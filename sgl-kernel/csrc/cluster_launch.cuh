@@ -12,12 +12,12 @@
 #include <utility>
 
 // `kernel` over `grid` CTAs of `block` threads in clusters of `cluster` CTAs along x (1 is a
-// valid cluster; 0: no cluster attribute, an ordinary grid: on the H200 a dependent launch of
-// 24576 CTAs of 128 threads took 4x longer as clusters of 1 than without the attribute), on
-// `stream`; a failed launch throws a RuntimeError naming `what`. With `dependent`, a programmatic
-// dependent launch (sm_90+): its CTAs may start while the previous kernel on `stream` finishes, so
-// the kernel must call wait_for_previous_grid() before its first global memory access, read or
-// write, and may call allow_next_grid() right after it. SGLang's own JIT kernels launch this way
+// valid cluster; 0: no cluster attribute, an ordinary grid: a large dependent launch in
+// clusters of 1 is several times slower than one without the attribute), on `stream`; a failed
+// launch throws a RuntimeError naming `what`. With `dependent`, a programmatic dependent launch
+// (sm_90+): its CTAs may start while the previous kernel on `stream` finishes, so the kernel
+// must call wait_for_previous_grid() before its first global memory access, read or write, and
+// may call allow_next_grid() right after it. SGLang's own JIT kernels launch this way
 // on Hopper; in a chain of launches (a CUDA graph included) it hides most of the gap between two
 // kernels.
 template <typename... Params, typename... Args>
@@ -62,8 +62,7 @@ __device__ __forceinline__ void wait_for_previous_grid() {
 // or exited (PTX griddepcontrol.launch_dependents), so its launch overlaps this grid's work
 // rather than following it. Its CTAs still wait in wait_for_previous_grid() until this grid has
 // completed, so the call changes timing, never results. Called as a kernel starts, it pays only
-// in a grid of one wave (one_wave below): on the H200 the inverse-RoPE kernel went from 1.46 to
-// 1.26 us at 192 CTAs but from 16.9 to 30.6 us at 24576 CTAs of 128 threads.
+// in a grid of one wave (one_wave below): in a grid of several waves it slows the grid down.
 __device__ __forceinline__ void allow_next_grid() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -11,7 +11,7 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy_torch,
 )
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
-from dsv41_kernels.reference import accept_greedy as accept_rule
+from dsv41_kernels.reference.accept_greedy import accept_greedy as accept_rule
 
 from .values import FUZZ, laid_out, tensors
 

@@ -10,7 +10,7 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_greedy_admission,
     accept_greedy_torch,
 )
-from dsv41_kernels.reference.accept import accept_greedy as reference
+from dsv41_kernels.reference.accept_greedy import accept_greedy as reference
 
 OPS = ("accept_greedy",)
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""

@@ -17,7 +17,7 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     merge_keys,
     shard_keys,
 )
-from dsv41_kernels.reference import sharded_accept_greedy, sharded_row_argmax
+from dsv41_kernels.reference.sharded_row_argmax import sharded_accept_greedy, sharded_row_argmax
 
 OPS = ("sharded_row_argmax", "sharded_accept_greedy")
 

@@ -9,15 +9,14 @@ from triton.runtime.errors import InterpreterError
 
 from dsv41_kernels.admission import triton_interpreter
 from dsv41_kernels.ops.speculative.accept_greedy import CLUSTER_WORKSPACE, accept_greedy
-from dsv41_kernels.ops.speculative.argmax_reduction import (
-    EMPTY_SLOT,
-    TRITON_WORKSPACE,
-    launch_config,
-)
+from dsv41_kernels.ops.speculative.argmax_plan import triton_launch
+from dsv41_kernels.ops.speculative.argmax_reduction import EMPTY_SLOT, TRITON_WORKSPACE
 from dsv41_kernels.ops.speculative.row_argmax import launch_triton, row_argmax
-from dsv41_kernels.reference import accept_greedy as accept_rule
+from dsv41_kernels.reference.accept_greedy import accept_greedy as accept_rule
 
 from .logit_cases import random_logits
+
+TRITON_6_ROWS = triton_launch(6, 129280)
 
 interpreted = pytest.mark.skipif(
     not triton_interpreter(), reason="an interpreted launch is what can stop halfway"
@@ -61,7 +60,7 @@ def test_an_interrupted_launch_leaves_the_workspace_armed(monkeypatch, error, ra
     puts both back, so later calls on other shapes, and the accept, stay exact."""
     gen = torch.Generator().manual_seed(0)
     big = random_logits(64, 20000, gen)
-    assert launch_config(64, 20000).grid(64, 20000)[0] > 1  # several programs per row
+    assert triton_launch(64, 20000).grid(64, 20000)[0] > 1  # several programs per row
     with monkeypatch.context() as patch:
         interrupt_at_program(patch, 40, error)
         with pytest.raises(raised):
@@ -141,7 +140,7 @@ def test_gpu_unordered_streams_each_have_a_workspace():
             with torch.cuda.stream(stream):
                 for i in range(8):
                     row_argmax(inputs[s][i], out=outs[s][i])
-                    launch_triton(inputs[s][i], triton_outs[s][i])
+                    launch_triton(inputs[s][i], triton_outs[s][i], TRITON_6_ROWS)
                     results[s].append(accept_greedy(*accepts[s][i]))
     torch.cuda.synchronize()
     for s in range(2):
@@ -171,12 +170,12 @@ def test_gpu_capture_on_a_stream_first_seen_in_capture():
     triton_out = torch.empty_like(out)
     with torch.cuda.stream(warm):
         row_argmax(x, out=out)
-        launch_triton(x, triton_out)
+        launch_triton(x, triton_out, TRITON_6_ROWS)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         row_argmax(x, out=out)
-        launch_triton(x, triton_out)
+        launch_triton(x, triton_out, TRITON_6_ROWS)
     for _ in range(10):
         x.copy_(random_logits(6, 129280, gen).cuda())
         graph.replay()

@@ -2,7 +2,8 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from dsv41_kernels.ops.speculative.argmax_reduction import CUDA_CLUSTER, TRITON
+from dsv41_kernels.devices import multiprocessors
+from dsv41_kernels.ops.speculative.argmax_plan import ArgmaxKernel, triton_launch
 from dsv41_kernels.ops.speculative.row_argmax import (
     launch_triton,
     row_argmax,
@@ -18,9 +19,10 @@ def assert_argmax_equal(logits):
     ref = torch.argmax(logits, dim=-1)
     assert ours.dtype == torch.int64 and ours.shape == ref.shape
     assert torch.equal(ours, ref), (ours, ref)
-    if row_argmax_admission(logits).kernel == CUDA_CLUSTER:  # the Triton kernel must hold too
+    plan = row_argmax_admission(logits).plan
+    if plan is not None and plan.cuda is not None:  # the Triton kernel must hold too
         triton_out = torch.empty_like(ref)
-        launch_triton(logits, triton_out)
+        launch_triton(logits, triton_out, triton_launch(*logits.shape))
         assert torch.equal(triton_out, ref), (triton_out, ref)
 
 
@@ -51,7 +53,8 @@ def test_admission_table(shape, dtype, view, ok, why):
         x = torch.empty(shape[::-1], dtype=dtype, device=device).t()
     verdict = row_argmax_admission(x)
     assert verdict.ok is ok and why in verdict.reason, verdict
-    assert verdict.kernel in ((CUDA_CLUSTER, TRITON) if ok else (None,))
+    assert verdict.kernel in ([k.value for k in ArgmaxKernel] if ok else [None])
+    assert verdict.kernel == (verdict.plan.kernel.value if ok else None)
 
 
 def test_admission_refuses_cpu_without_interpreter(monkeypatch):
@@ -170,10 +173,10 @@ def test_gpu_production_shape_300_cases():
     triton_out = torch.empty(6, dtype=torch.int64, device="cuda")
     for _ in range(300):
         x = random_logits(6, 129280, gen).cuda()
-        assert row_argmax_admission(x).kernel == CUDA_CLUSTER
+        assert row_argmax_admission(x).kernel == ArgmaxKernel.CLUSTER_A_ROW.value
         ref = torch.argmax(x, dim=-1)
         bad += int((row_argmax(x) != ref).sum())
-        launch_triton(x, triton_out)
+        launch_triton(x, triton_out, triton_launch(6, 129280))
         triton_bad += int((triton_out != ref).sum())
     assert bad == 0 and triton_bad == 0
 
@@ -181,8 +184,10 @@ def test_gpu_production_shape_300_cases():
 @pytest.mark.gpu
 @pytest.mark.parametrize("vocab", [4096, 4097, 32000, 129280, 151936, 262144, 262143])
 def test_gpu_rows_and_vocab_sweep(vocab):
+    """One row, odd counts and 64 rows (one wave and several, for the early start) at every
+    item count of the cluster kernel and the Triton kernel's unaligned rows."""
     gen = torch.Generator().manual_seed(vocab)
-    for rows in (1, 2, 3, 6, 7, 16, 31, 64):
+    for rows in (1, 3, 7, 64):
         x = random_logits(rows, vocab, gen).cuda()
         assert row_argmax_admission(x)
         assert_argmax_equal(x)
@@ -220,6 +225,7 @@ def test_gpu_one_cta_a_row_kernel(dtype):
     clusters: both against torch.argmax at 96..384 rows, whole and partial last vectors, the
     special rows (NaN first / middle / last, ±Inf, signed zeros, ties) spread over the batch."""
     gen = torch.Generator().manual_seed(96)
+    kernels = set()
     for vocab in (129280, 129283, 65541, 151936):  # vocabs >= 65536: up to 384 rows admitted
         specials = torch.stack(special_rows(vocab))
         for rows in (96, 97, 128, 200, 264, 384):
@@ -230,5 +236,11 @@ def test_gpu_one_cta_a_row_kernel(dtype):
             wide = torch.zeros(rows, (vocab + 15) // 8 * 8, dtype=dtype, device="cuda")
             x = wide[:, :vocab]
             x.copy_(values)
-            assert row_argmax_admission(x).kernel == CUDA_CLUSTER
+            plan = row_argmax_admission(x).plan
+            assert plan.cuda is not None, (vocab, rows)
+            one_cta = plan.kernel == ArgmaxKernel.CTA_A_ROW
+            kernels.add((plan.kernel, plan.cuda.vectors if one_cta else None))
             assert torch.equal(row_argmax(x), torch.argmax(x, dim=-1)), (vocab, rows)
+    if 128 <= multiprocessors(0) < 192:  # an H200's 132: up to one row an SM, two, clusters
+        one_cta = ArgmaxKernel.CTA_A_ROW
+        assert kernels == {(one_cta, 4), (one_cta, 2), (ArgmaxKernel.CLUSTER_A_ROW, None)}

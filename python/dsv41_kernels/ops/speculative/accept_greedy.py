@@ -1,15 +1,16 @@
 """DSpark greedy accept: row argmax over the verify logits and the accept rule, in one launch.
 
 At BS=1 DSpark verifies ``n = 6`` rows of ``[129280]`` fp32 logits per step; SGLang computes
-``torch.argmax`` (one block per row, ~27 µs on an H200) and then the accept rule in further
-small launches. Here the multi-block row argmax (:mod:`.argmax_reduction`) also applies the
-rule, so the whole greedy accept is one launch with no host sync, and with ``out`` given it
-allocates nothing, which makes it safe inside a captured CUDA graph. Where the argmax takes
-its CUDA kernels (sm_90+, up to 384 rows) the accept does too (``accept_greedy_cluster`` in
-``sgl-kernel/csrc/row_argmax.cu``, a cluster a row or from 96 rows one CTA a row: each row's
-leader CTA adds its match bit to a per-request ticket and the last one applies the rule, with
-one ticket round trip and one read of the bonus row's slot); elsewhere the last program of the
-Triton reduction applies it.
+``torch.argmax`` (one block per row) and then the accept rule in further small launches. Here
+the multi-block row argmax also applies the rule, so the whole greedy accept is one launch
+with no host sync, and with ``out`` given it allocates nothing, which makes it safe inside a
+captured CUDA graph. The admission's plan (:mod:`.argmax_plan`, the argmax's own choice made
+for the accept's kernels) names the kernel: where the argmax takes its CUDA kernels (sm_90+,
+up to 384 rows, n <= 16) the accept does too (``accept_greedy_cuda`` in
+``sgl-kernel/csrc/row_argmax.cu``, a cluster a row or one CTA a row: each row's leader CTA adds
+its match bit to a per-request ticket and the last one applies the rule, with one ticket round
+trip and one read of the bonus row's slot); elsewhere the last program of the Triton
+reduction (:mod:`.argmax_reduction`) applies it.
 
 Contract (SGLang 0.5.23 ``dspark_accept.accept_greedy``), bitwise:
 ``predict = torch.argmax(logits, -1).view(bs, n)``; ``correct_len[b]`` counts the leading
@@ -22,23 +23,26 @@ Every int32/int64 verify length is taken exactly, on every path (:data:`VERIFY_L
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse
-from dsv41_kernels.ops.speculative.argmax_reduction import (
-    CUDA_CLUSTER,
+from dsv41_kernels.admission import Admission, check_tensor, invalid, refuse
+from dsv41_kernels.ops.speculative.argmax_plan import (
+    CUDA_KERNEL_IDS,
     MAX_ADMITTED_ROWS,
-    TRITON,
-    TRITON_WORKSPACE,
-    LaunchConfig,
+    ArgmaxPlan,
+    TritonLaunch,
     admit_logits,
     cuda_module,
-    decode_index,
-    launch_config,
-    reduce_row_chunk,
     validate_logits,
+)
+from dsv41_kernels.ops.speculative.argmax_reduction import (
+    TRITON_WORKSPACE,
+    decode_index,
+    reduce_row_chunk,
 )
 from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
@@ -109,17 +113,14 @@ def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
 
 
 def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
-    rows = admit_logits(logits)
-    if not rows:
-        return rows
+    bs, n = candidates.shape
+    argmax = admit_logits(logits, accept=True, cuda=n <= CLUSTER_MAX_DRAFT_ROWS)
+    if not argmax:
+        return argmax
     refusal = refuse_accept_layout(candidates, logits.device, cutoff_verify_lens)
     if refusal is not None:
         return refusal
-    bs, n = candidates.shape
-    cuda = rows.kernel == CUDA_CLUSTER and n <= CLUSTER_MAX_DRAFT_ROWS
-    kernel = CUDA_CLUSTER if cuda else TRITON
-    reason = f"one {kernel} launch, bs {bs} x n {n} (the argmax alone: {rows.reason})"
-    return admit(kernel, reason, rows.module if cuda else None)
+    return replace(argmax, reason=f"one launch, bs {bs} x n {n}: {argmax.reason}")
 
 
 def accept_greedy_admission(
@@ -129,7 +130,8 @@ def accept_greedy_admission(
     *,
     out: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
 ) -> Admission:
-    """Whether the one-launch kernel runs, and which; pure (shapes, dtypes, strides, devices)."""
+    """Whether the one-launch kernel runs, which, and in which shape (the plan); never raises,
+    reads no values."""
     try:
         _validate(candidates, logits, cutoff_verify_lens, out)
     except ValueError as e:
@@ -213,15 +215,14 @@ def accept_greedy_kernel(
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
 
 
-def launch_triton(candidates, logits, cutoff_verify_lens, out, config: LaunchConfig | None = None):
-    """The Triton kernel into ``out`` (``config``: a launch shape other than the default)."""
+def launch_triton(candidates, logits, cutoff_verify_lens, out, launch: TritonLaunch) -> None:
+    """The Triton kernel into ``out``, in the shape ``launch``."""
     rows, vocab = logits.shape
     bs, n = candidates.shape
-    config = config or launch_config(rows, vocab)
     correct, bonus, trim = out
     has_cutoff = cutoff_verify_lens is not None
     with TRITON_WORKSPACE.launch(logits.device) as (slots, ticket):
-        accept_greedy_kernel[config.grid(rows, vocab)](
+        accept_greedy_kernel[launch.grid(rows, vocab)](
             logits,
             logits.stride(0),
             vocab,
@@ -235,12 +236,12 @@ def launch_triton(candidates, logits, cutoff_verify_lens, out, config: LaunchCon
             bonus,
             trim,
             n,
-            CHUNK=config.chunk,
-            BLOCK=config.block,
+            CHUNK=launch.chunk,
+            BLOCK=launch.block,
             BS_BLOCK=triton.next_power_of_2(bs),
             N_BLOCK=max(2, triton.next_power_of_2(n)),
             HAS_CUTOFF=has_cutoff,
-            num_warps=config.num_warps,
+            num_warps=launch.num_warps,
         )
 
 
@@ -254,16 +255,23 @@ CLUSTER_WORKSPACE = StreamWorkspace(
 :mod:`dsv41_kernels.workspace`)."""
 
 
-def launch_cuda(candidates, logits, cutoff_verify_lens, out) -> None:
+def launch_cuda(candidates, logits, cutoff_verify_lens, out, plan: ArgmaxPlan) -> None:
+    """The CUDA kernel ``plan`` names into ``out``, in its shape."""
     slots, tickets = CLUSTER_WORKSPACE.get(logits.device)
     no_cutoff = tickets[:0]
-    cuda_module(logits.device).accept_greedy_cluster(
+    c = plan.cuda
+    cuda_module(logits.device).accept_greedy_cuda(
         candidates,
         logits,
         no_cutoff if cutoff_verify_lens is None else cutoff_verify_lens,
         *out,
         slots,
         tickets,
+        CUDA_KERNEL_IDS[plan.kernel],
+        c.threads,
+        c.vectors,
+        c.cluster,
+        c.early_start,
     )
 
 
@@ -314,14 +322,17 @@ def accept_greedy(
     preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is written in place.
     ``admission``: this call's :func:`accept_greedy_admission`, when the caller already made it.
     """
-    _validate(candidates, logits, cutoff_verify_lens, out)
+    if admission is None or not admission:
+        # An admitted admission has validated these very arguments (``out`` included).
+        _validate(candidates, logits, cutoff_verify_lens, out)
     if admission is None:
         admission = _plan(candidates, logits, cutoff_verify_lens)
     if not admission:
         return accept_greedy_torch(candidates, logits, cutoff_verify_lens, out)
     out = new_outputs(candidates.shape[0], logits.device, out)
-    if admission.kernel == CUDA_CLUSTER:
-        launch_cuda(candidates, logits, cutoff_verify_lens, out)
+    plan = admission.plan
+    if plan.cuda is not None:
+        launch_cuda(candidates, logits, cutoff_verify_lens, out, plan)
     else:
-        launch_triton(candidates, logits, cutoff_verify_lens, out)
+        launch_triton(candidates, logits, cutoff_verify_lens, out, plan.triton)
     return tuple(out)

@@ -1,9 +1,10 @@
 """Row argmax for few, very wide rows: DSpark's greedy accept over ``[6, 129280]`` verify logits.
 
 ``torch.argmax`` reduces each row in a single thread block, so six rows leave most of the
-machine idle; here every row is spread over the whole GPU in one launch
-(:mod:`.argmax_reduction`: on sm_90+ CUDA kernels up to 384 rows, a cluster of CTAs a row or
-from 96 rows one CTA a row; a multi-block Triton kernel elsewhere).
+machine idle; here every row is spread over the whole GPU in one launch. The admission's plan
+(:mod:`.argmax_plan`) names the kernel and its launch shape: on sm_90+ CUDA kernels up to 384
+rows, a cluster of CTAs a row or from 96 rows one CTA a row; elsewhere the multi-block Triton
+kernel of :mod:`.argmax_reduction`.
 
 Contract: the result is **bitwise identical to** ``torch.argmax(logits, dim=-1)`` for every
 input: ties resolve to the lowest index, ``-0.0 == +0.0``, ``+Inf`` wins over every finite
@@ -18,16 +19,18 @@ import triton
 import triton.language as tl
 
 from dsv41_kernels.admission import Admission, check_tensor, invalid
-from dsv41_kernels.ops.speculative.argmax_reduction import (
-    CUDA_CLUSTER,
-    TRITON_WORKSPACE,
-    LaunchConfig,
+from dsv41_kernels.ops.speculative.argmax_plan import (
+    CUDA_KERNEL_IDS,
+    ArgmaxPlan,
+    TritonLaunch,
     admit_logits,
     cuda_module,
-    decode_index,
-    launch_config,
-    reduce_row_chunk,
     validate_logits,
+)
+from dsv41_kernels.ops.speculative.argmax_reduction import (
+    TRITON_WORKSPACE,
+    decode_index,
+    reduce_row_chunk,
 )
 
 
@@ -44,7 +47,8 @@ def _validate(logits, out) -> None:
 
 
 def row_argmax_admission(logits: torch.Tensor, *, out: torch.Tensor | None = None) -> Admission:
-    """Whether a multi-block kernel runs, and which; pure (shapes, dtypes, strides, device)."""
+    """Whether a multi-block kernel runs, which, and in which shape (the plan); never raises,
+    reads no values (:func:`.argmax_plan.admit_logits`)."""
     try:
         _validate(logits, out)
     except ValueError as e:
@@ -75,12 +79,11 @@ def row_argmax_kernel(
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
 
 
-def launch_triton(logits: torch.Tensor, out: torch.Tensor, config: LaunchConfig | None = None):
-    """The Triton kernel into ``out`` (``config``: a launch shape other than the default)."""
+def launch_triton(logits: torch.Tensor, out: torch.Tensor, launch: TritonLaunch) -> None:
+    """The Triton kernel into ``out``, in the shape ``launch``."""
     rows, vocab = logits.shape
-    config = config or launch_config(rows, vocab)
     with TRITON_WORKSPACE.launch(logits.device) as (slots, ticket):
-        row_argmax_kernel[config.grid(rows, vocab)](
+        row_argmax_kernel[launch.grid(rows, vocab)](
             logits,
             logits.stride(0),
             vocab,
@@ -88,11 +91,33 @@ def launch_triton(logits: torch.Tensor, out: torch.Tensor, config: LaunchConfig 
             slots,
             ticket,
             out,
-            CHUNK=config.chunk,
-            BLOCK=config.block,
+            CHUNK=launch.chunk,
+            BLOCK=launch.block,
             ROWS_BLOCK=triton.next_power_of_2(rows),
-            num_warps=config.num_warps,
+            num_warps=launch.num_warps,
         )
+
+
+def launch_cuda(logits: torch.Tensor, out: torch.Tensor, plan: ArgmaxPlan) -> None:
+    """The CUDA kernel ``plan`` names into ``out``, in its shape."""
+    c = plan.cuda
+    cuda_module(logits.device).row_argmax_cuda(
+        logits, out, CUDA_KERNEL_IDS[plan.kernel], c.threads, c.vectors, c.cluster, c.early_start
+    )
+
+
+def run_row_argmax(logits: torch.Tensor, out: torch.Tensor, admission: Admission) -> torch.Tensor:
+    """The argmax of validated ``logits`` into ``out`` as ``admission`` says: its plan, or
+    ``torch.argmax`` when it refuses."""
+    if out.shape[0] == 0:
+        return out
+    if not admission:
+        torch.argmax(logits, dim=-1, out=out)
+    elif admission.plan.cuda is not None:
+        launch_cuda(logits, out, admission.plan)
+    else:
+        launch_triton(logits, out, admission.plan.triton)
+    return out
 
 
 def row_argmax(
@@ -109,12 +134,4 @@ def row_argmax(
         admission = admit_logits(logits)
     if out is None:
         out = torch.empty(logits.shape[0], dtype=torch.int64, device=logits.device)
-    if out.shape[0] == 0:
-        return out
-    if not admission:
-        torch.argmax(logits, dim=-1, out=out)
-    elif admission.kernel == CUDA_CLUSTER:
-        cuda_module(logits.device).row_argmax_cuda(logits, out)
-    else:
-        launch_triton(logits, out)
-    return out
+    return run_row_argmax(logits, out, admission)

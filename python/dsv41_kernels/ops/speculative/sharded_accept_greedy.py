@@ -51,11 +51,11 @@ def _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, 
     return world
 
 
-def _plan(candidates, device_tensor: torch.Tensor, cutoff_verify_lens) -> Admission:
+def _plan(candidates, device_tensor: torch.Tensor, cutoff_verify_lens, shard=None) -> Admission:
     """The kernels' admission; ``device_tensor`` (the logits or the gathered keys) gives the
-    device."""
+    device, ``shard`` (the logits, or None) is planned for its own argmax."""
     bs, n = candidates.shape
-    keys = admit_keys(device_tensor, bs * n)
+    keys = admit_keys(device_tensor, bs * n, shard)
     if not keys:
         return keys
     refusal = refuse_accept_layout(candidates, device_tensor.device, cutoff_verify_lens)
@@ -77,7 +77,7 @@ def sharded_accept_greedy_admission(
         _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out)
     except (TypeError, ValueError) as e:
         return invalid(e)
-    return _plan(candidates, local_logits, cutoff_verify_lens)
+    return _plan(candidates, local_logits, cutoff_verify_lens, local_logits)
 
 
 @triton.jit
@@ -182,7 +182,7 @@ def sharded_accept_greedy(
     """
     world = _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out)
     if admission is None:
-        admission = _plan(candidates, local_logits, cutoff_verify_lens)
+        admission = _plan(candidates, local_logits, cutoff_verify_lens, local_logits)
     if candidates.shape[0] == 0:
         return new_outputs(0, local_logits.device, out)
     gathered = gather_keys(local_logits, vocab_start, group, world, admission)

@@ -30,6 +30,8 @@ all-gather on ``group`` (NCCL captures into a CUDA graph; gloo serves CPU tensor
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.distributed as dist
 import triton
@@ -37,18 +39,19 @@ import triton.language as tl
 
 from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
 from dsv41_kernels.interpreter import serialized
+from dsv41_kernels.ops.speculative.argmax_plan import admit_logits
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     EMPTY_SLOT,
     MAX_ROWS,
-    TRITON,
-    _order_key,
     decode_index,
+    order_key,
 )
-from dsv41_kernels.ops.speculative.row_argmax import row_argmax
+from dsv41_kernels.ops.speculative.row_argmax import run_row_argmax
 from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 MAX_INDEX = 2**32 - 1  # the low 32 bits of a key hold 2**32 - 1 - index
-KEY_BLOCK = 128  # rows per program of the key and merge kernels
+KEY_BLOCK = 128  # rows a program of the key and merge kernels
+KEYS_KERNEL = "triton"  # the key and merge kernels, what Admission.kernel says
 
 all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 """``torch.distributed``'s all-gather into one tensor: torch 2.13 names it ``all_gather_single``
@@ -109,15 +112,32 @@ def _validate(local_logits, vocab_start, group, out) -> int:
     return world
 
 
-def admit_keys(t: torch.Tensor, rows: int) -> Admission:
+@dataclass(frozen=True)
+class KeysPlan:
+    """What the key and merge kernels run: the shard's own argmax (its
+    :func:`.argmax_plan.admit_logits`, with the shard's plan; None where there is no shard or
+    it has no column) and the rows a program."""
+
+    argmax: Admission | None
+    block: int = KEY_BLOCK
+
+
+def admit_keys(t: torch.Tensor, rows: int, shard: torch.Tensor | None = None) -> Admission:
     """Whether the Triton key and merge kernels run for ``rows`` rows of ``t``'s device (the
-    workspace holds :data:`MAX_ROWS`); pure."""
+    workspace holds :data:`MAX_ROWS`), with ``shard``'s own argmax planned too (a validated
+    shard, or None); never raises, reads no values."""
     where = triton_device(t)
     if not where:
         return where
     if rows > MAX_ROWS:
         return refuse(f"{rows} rows > {MAX_ROWS}, the per-device workspace")
-    return admit(TRITON, f"{where.reason}, {rows} rows")
+    argmax = None
+    if shard is not None and shard.shape[0] > 0 and shard.shape[1] > 0:
+        argmax = admit_logits(shard)
+    reason = f"{where.reason}, {rows} rows"
+    if argmax is not None:
+        reason += f"; the shard's argmax: {argmax.reason}"
+    return admit(KEYS_KERNEL, reason, plan=KeysPlan(argmax))
 
 
 def sharded_row_argmax_admission(
@@ -129,7 +149,7 @@ def sharded_row_argmax_admission(
         _validate(local_logits, vocab_start, group, out)
     except (TypeError, ValueError) as e:
         return invalid(e)
-    return admit_keys(local_logits, local_logits.shape[0])
+    return admit_keys(local_logits, local_logits.shape[0], local_logits)
 
 
 @triton.jit
@@ -148,7 +168,7 @@ def shard_keys_kernel(
     here = r < rows
     col = tl.load(index_ptr + r, mask=here, other=0)
     value = tl.load(logits_ptr + r.to(tl.int64) * row_stride + col * col_stride, mask=here)
-    order = _order_key(value.to(tl.float32)).to(tl.int64)
+    order = order_key(value.to(tl.float32)).to(tl.int64)
     tl.store(keys_ptr + r, (order << 32) | (4294967295 - (vocab_start + col)), mask=here)
 
 
@@ -226,11 +246,13 @@ def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -
         return keys
     if cols == 0:  # a rank without columns loses every row
         return keys.fill_(EMPTY_SLOT)
-    row_argmax(local_logits, out=index)
+    plan = admission.plan if admission else None
+    argmax = plan.argmax if plan is not None else None
+    run_row_argmax(local_logits, index, admit_logits(local_logits) if argmax is None else argmax)
     if not admission:
         return shard_keys_torch(local_logits, index, vocab_start, keys)
     with serialized():
-        shard_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
+        shard_keys_kernel[(triton.cdiv(rows, plan.block),)](
             local_logits,
             local_logits.stride(0),
             local_logits.stride(1),
@@ -238,7 +260,7 @@ def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -
             keys,
             rows,
             vocab_start,
-            BLOCK=KEY_BLOCK,
+            BLOCK=plan.block,
         )
     return keys
 
@@ -261,7 +283,7 @@ def shard_keys(
     rows, device = local_logits.shape[0], local_logits.device
     validate_index_out("out", out, rows, device)
     if admission is None:
-        admission = admit_keys(local_logits, rows)
+        admission = admit_keys(local_logits, rows, local_logits)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=device)
     index = _SCRATCH.get(device)[0][:rows] if admission else torch.empty_like(out)
@@ -275,9 +297,8 @@ def merge_into(gathered: torch.Tensor, out: torch.Tensor, admission: Admission) 
     if not admission:
         return out.copy_(decode_keys_torch(gathered.amax(dim=0)))
     with serialized():
-        merge_keys_kernel[(triton.cdiv(rows, KEY_BLOCK),)](
-            gathered, world, rows, out, BLOCK=KEY_BLOCK
-        )
+        block = admission.plan.block
+        merge_keys_kernel[(triton.cdiv(rows, block),)](gathered, world, rows, out, BLOCK=block)
     return out
 
 
@@ -329,7 +350,7 @@ def sharded_row_argmax(
     world = _validate(local_logits, vocab_start, group, out)
     rows, device = local_logits.shape[0], local_logits.device
     if admission is None:
-        admission = admit_keys(local_logits, rows)
+        admission = admit_keys(local_logits, rows, local_logits)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=device)
     if rows == 0:

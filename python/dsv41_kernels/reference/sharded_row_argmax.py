@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.reference.accept import accept_greedy
+from dsv41_kernels.reference.accept_greedy import accept_greedy
 
 
 def concatenated(shards) -> torch.Tensor:
@@ -18,6 +18,6 @@ def sharded_row_argmax(shards) -> torch.Tensor:
 
 
 def sharded_accept_greedy(candidates, shards, *, cutoff_verify_lens=None):
-    """DSpark's greedy accept (:func:`dsv41_kernels.reference.accept.accept_greedy`) over the
-    full rows."""
+    """DSpark's greedy accept (:func:`dsv41_kernels.reference.accept_greedy.accept_greedy`)
+    over the full rows."""
     return accept_greedy(candidates, concatenated(shards), cutoff_verify_lens=cutoff_verify_lens)
