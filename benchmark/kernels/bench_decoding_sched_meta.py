@@ -1,4 +1,4 @@
-"""FlashMLA-structured scheduler kernel (one warp, lane 0 walks) vs the block-parallel one.
+"""``decoding_sched_meta`` against FlashMLA's one-warp scheduler and SGLang's own block kernel.
 
 Decode shapes of DeepSeek-V4.1 (64 heads, head dim 512): ``s_q`` 1 and 6 (DSpark verify rows),
 so 132 and 22 partitions on an H200; top-k 2048 with an extra cache of 512, at long context

@@ -1,4 +1,4 @@
-"""The attention output on the way to the FP8 ``wo_a`` (Hopper): SGLang's chain vs one launch.
+"""``inverse_rope_quant_fp8`` against SGLang's chain on the attention output (Hopper).
 
 DeepSeek-V4.1's output path per attention layer, at T = 6 / 24 / 96 / 384 tokens (6 per request
 at verify) and G = 2 / 4 / 8 local output groups (TP 4 / 2 / 1: H = 8 G heads of 512, 64 rope),
@@ -12,44 +12,35 @@ at verify) and G = 2 / 4 / 8 local output groups (TP 4 / 2 / 1: H = 8 G heads of
   contiguous input: its launch without the copy), for the goal "ours at T = 6 no longer than
   the longer of the two";
 - ``ours``: ``inverse_rope_quant_fp8(..., rotate_o=True, tables_ready=True)``, what the
-  ``wo_a`` hook runs (the table read before the dependency wait, as SGLang's RoPE reads it);
-  ``ours, tables after the wait``: the same without ``tables_ready``.
+  plugin's hook on that path runs (the table read before the dependency wait, as SGLang's RoPE
+  reads it); ``ours, tables after the wait``: the same without ``tables_ready``.
 
 ``exact``: ours equals SGLang's chain bit for bit on the same input (e4m3 values, fp32 scales,
 rotated ``o``), checked before timing. ``ours`` records also carry ``saving_per_cycle_us``:
 40 layers x (SGLang's chain - ours), one verify cycle's saving at that T. SGLang's kernels are
 its tvm-ffi JIT builds (no ``sgl_kernel`` wheel): where SGLang does not import, its arms are
 recorded with the error and ours is still timed and checked against the reference.
-    python benchmark/kernels/bench_inverse_rope_quant_fp8.py --json $OUT/bench_inverse_rope.json
+    python benchmark/kernels/bench_inverse_rope_quant_fp8.py --json bench_irq.json
 """
 
 from __future__ import annotations
 
-import torch
 from common import SGLANG_ARM, parser, record, report, sglang_function, timed
+from inverse_rope_quant_fp8_variants import OP, sweep
 
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS, attention_output, same_layout
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
-    CUDA,
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
-    launch,
-    launch_cuda,
 )
-from dsv41_kernels.reference.inverse_rope_quant import (
+from dsv41_kernels.reference.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8 as reference_inverse_rope_quant_fp8,
 )
 
 LAYERS = 40
-OP = "inverse_rope_quant_fp8"
 TABLES_AFTER_WAIT = "ours, tables after the wait"
 """Our op without ``tables_ready``: the position and the table read after the dependency wait."""
-SWEEP_BLOCK_GROUPS = (1, 2, 4, 8, 16, 32)
-SWEEP_WARPS = (1, 2, 4, 8)
-SWEEP_WARP_GROUPS = (1, 2, 4)
-"""The Triton kernel's launch shapes in the sweep (groups a program x warps); the CUDA
-kernel's: SWEEP_WARPS warps a CTA x SWEEP_WARP_GROUPS groups a warp."""
 
 
 def sglang_chain(rope, quant, o, freqs_cis, positions, groups):
@@ -122,47 +113,6 @@ def measure(tokens: int, groups: int, padded: bool) -> list[dict]:
     return [*records, mine]
 
 
-def sweep(tokens: int, groups: int, padded: bool) -> list[dict]:
-    """Both our kernels at every launch shape (Triton: groups per program x warps; CUDA: warps a
-    CTA x groups a warp), each checked bitwise against the default launch first: the shape must
-    not change the bits."""
-    call, shape = bench_call(tokens, groups, padded)
-    table, positions = call.freqs_cis, call.positions
-    want_o = same_layout(call.o)
-    want = inverse_rope_quant_fp8(want_o, table, positions, o_groups=groups, rotate_o=True)
-    kernel = inverse_rope_quant_fp8_admission(want_o, table, positions, o_groups=groups).kernel
-    triton_shapes = [
-        (f"triton {g} groups x {w} warps", g, w)
-        for g in SWEEP_BLOCK_GROUPS
-        for w in SWEEP_WARPS
-        if 32 * w <= g * 64  # at least a pair a thread
-    ]
-    runs = [
-        (arm, lambda o, out, g=g, w=w: launch(
-            o, table, positions, *out, group_size=128, rotate_o=True, block_groups=g, num_warps=w
-        ))
-        for arm, g, w in triton_shapes
-    ] + [
-        (f"cuda {w} warps x {g} groups", lambda o, out, w=w, g=g: launch_cuda(
-            o, table, positions, *out, rotate_o=True, tables_ready=True, warps=w, groups=g
-        ))
-        for w in SWEEP_WARPS
-        for g in SWEEP_WARP_GROUPS
-        if kernel == CUDA  # sm_90+ with the module at hand
-    ]  # fmt: skip
-    records = []
-    for arm, run in runs:
-        outputs = tuple(torch.empty_like(t) for t in want)
-        got_o = same_layout(call.o)
-        run(got_o, outputs)
-        exact = bit_mismatches((*outputs, got_o), (*want, want_o)) == 0
-        work = same_layout(call.o)
-        records.append(
-            timed(OP, shape, arm, lambda r=run, o=work, out=outputs: r(o, out), exact=exact)
-        )
-    return records
-
-
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--tokens", default="6,24,96,384")
@@ -177,8 +127,8 @@ def main() -> None:
                 if layout == "padded" and 8 * groups >= KERNEL_HEADS:
                     continue  # TP 1: every head is real, nothing is padded
                 records += measure(tokens, groups, layout == "padded")
-                if args.sweep:
-                    records += sweep(tokens, groups, layout == "padded")
+                if args.sweep:  # inverse_rope_quant_fp8_variants.py
+                    records += sweep(*bench_call(tokens, groups, layout == "padded"))
     report(records, args.json, baseline=SGLANG_ARM)
 
 

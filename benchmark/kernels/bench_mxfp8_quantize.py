@@ -2,7 +2,7 @@
 
 DeepSeek-V4.1's hidden sizes (K = 5120, and 4096), m = 1 to 300 rows, bf16, the 128x4 swizzled
 scale layout an MXFP8 GEMM reads. Arms: ``torch reference`` (the plain statement of FlashInfer's
-bytes, :func:`dsv41_kernels.reference.mxfp8.mxfp8_quantize`) and ``ours``; every arm is
+bytes, :func:`dsv41_kernels.reference.mxfp8_quantize.mxfp8_quantize`) and ``ours``; every arm is
 checked byte for byte against the reference first. ``sglang-0.5.23``: what SGLang's MXFP8
 consumers call, FlashInfer's ``mxfp8_quantize``, where FlashInfer imports; its CUDA kernel is
 compiled only for SM100+ (docs/specs.md B.6) and SGLang's MXFP8 dense backends are
@@ -17,7 +17,7 @@ from common import parser, report, sglang_arm, sglang_function, timed
 
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize, mxfp8_quantize_admission
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference_mxfp8_quantize
 
 
 def measure(m: int, k: int) -> list[dict]:

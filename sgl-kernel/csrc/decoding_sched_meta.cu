@@ -8,7 +8,8 @@
 //   the walk over partitions by a short recurrence over requests (see below) and derives every
 //   record independently, one thread per partition. Batches whose staging exceeds 48 KB of
 //   shared memory (over ~4 000 requests) take sched_meta_in_place_kernel, the walk on one
-//   thread with the request in registers, staged in the outputs themselves.
+//   thread with the request in registers, staged in the outputs themselves. The caller's plan
+//   names which of the two runs (python/dsv41_kernels/ops/attention/decoding_sched_meta.py).
 //
 // Exported functions take the outputs and the (optional) length tensors as TensorViews plus
 // ints, launch on tvm-ffi's stream for the device (torch's current stream), never sync the
@@ -151,7 +152,7 @@ __global__ void __launch_bounds__(32, 1) sched_meta_warp_kernel(SchedParams p) {
 // register operations per request (the divisions by D are done beforehand, in parallel), and
 // every record is then derived independently, one thread per partition.
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // one pass writes the records of up to 256 partitions (any SM count)
 constexpr int kWarps = kThreads / 32;
 // Staging beyond this takes the global-memory variant rather than an opt-in attribute call.
 constexpr size_t kDefaultSmemLimit = 48 * 1024;
@@ -438,12 +439,13 @@ void check_launch() {
   }
 }
 
-// Block-parallel kernel. Staging of 48 KB or less (about 4 000 requests) goes to shared memory
-// with no attribute call; beyond that the walk runs in place in the outputs.
+// The block kernel the caller names: the closed form (in_place false), whose staging must fit
+// the 48 KB a launch gets with no attribute call (about 4 000 requests), or the walk in place in
+// the outputs (any batch).
 void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView topk_length,
                          TensorView extra_topk_length, TensorView seqlens_k, bool has_topk_length,
                          bool has_extra_topk_length, bool has_seqlens_k, int64_t block_size_n,
-                         int64_t fixed_overhead, int64_t topk, int64_t extra_topk) {
+                         int64_t fixed_overhead, int64_t topk, int64_t extra_topk, bool in_place) {
   const SchedParams p = make_params(metadata, num_splits, topk_length, extra_topk_length, seqlens_k,
                                     has_topk_length, has_extra_topk_length, has_seqlens_k,
                                     block_size_n, fixed_overhead, topk, extra_topk);
@@ -452,10 +454,14 @@ void decoding_sched_meta(TensorView metadata, TensorView num_splits, TensorView 
   const cudaStream_t stream = env_stream(device_id);
   const size_t staged_bytes =
       sizeof(WalkSummary) + sizeof(int) * (3 * static_cast<size_t>(p.batch_size) + 1);
-  if (staged_bytes <= kDefaultSmemLimit) {
+  if (in_place) {
+    sched_meta_in_place_kernel<<<1, kThreads, 0, stream>>>(p);
+  } else if (staged_bytes <= kDefaultSmemLimit) {
     sched_meta_closed_form_kernel<<<1, kThreads, staged_bytes, stream>>>(p);
   } else {
-    sched_meta_in_place_kernel<<<1, kThreads, 0, stream>>>(p);
+    TVM_FFI_THROW(ValueError) << "decoding_sched_meta: the closed form stages " << staged_bytes
+                              << " bytes for batch_size " << p.batch_size << ", over "
+                              << kDefaultSmemLimit << ": the in-place kernel takes it";
   }
   check_launch();
 }

@@ -3,16 +3,14 @@
 //
 // Why CUDA: SGLang's two kernels on this path are programmatic dependent launches on Hopper,
 // which in a chain of launches hides most of the gap between kernels; a CUDA launch can do the
-// same (the Triton kernel of python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8.py is
-// launched plainly). On the H200 this kernel alone, as an ordinary launch, was no faster than
-// the Triton one (1.7-1.8 us at T = 6); as a dependent launch it takes 1.5-1.65, 1.14-1.29 when
-// it also lets the next launch start as it starts, 0.97-1.17 in a later session that also read
-// the table before its wait (docs/performance.md). Only the lanes of rope
-// pairs load the position and the table; the other three quarters of the groups are a load, a
-// warp maximum and a store.
+// same (the Triton kernel of python/dsv41_kernels/ops/attention/inverse_rope_quant_fp8_triton.py
+// is launched plainly). As an ordinary launch this kernel was no faster than the Triton one; the
+// dependent launch, the early start of the next launch and the table read before the wait are
+// what make it faster (docs/performance.md). Only the lanes of rope pairs load the position and
+// the table; the other three quarters of the groups are a load, a warp maximum and a store.
 //
 // Contract (bitwise, the one of the Python op: python/dsv41_kernels/reference/
-// inverse_rope_quant.py), o bf16 [T, H, head_dim] with head_dim % 128 == 0, rope_dim % 4 == 0:
+// inverse_rope_quant_fp8.py), o bf16 [T, H, head_dim] with head_dim % 128 == 0, rope_dim % 4 == 0:
 //   rope pair j of a head (values head_dim - rope_dim + 2j, +1) = (x_r, x_i), (c, s) =
 //   freqs[position, j] (NaN both when position is outside [0, rows), row 0 read instead):
 //     x_r' = bf16_rn(fma.rn(c, x_r, mul.rn(s, x_i))), x_i' = bf16_rn(fma.rn(c, x_i, -mul.rn(s,
@@ -58,7 +56,7 @@ constexpr int kLaneValues = kGroup / 32;        // 4: two pairs
 constexpr uint32_t kAmaxFloor = 0x2EDBE6FFu;    // fp32(1e-10)
 constexpr uint32_t kRcp448 = 0x3B124925u;       // RN(1/448)
 constexpr uint32_t kBf16NanBits = 0x7FFF0000u;  // rounds to 0x7FFF
-constexpr int kDefaultWarps = 4;
+constexpr int kDefaultWarps = 4;  // warps a CTA when the caller passes 0; the Python plan's too
 
 struct Params {
   uint32_t* o;            // bf16 pairs as words

@@ -6,7 +6,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize, mxfp8_quantize_admission
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference
 
 from .values import FUZZ, laid_out, tensors
 

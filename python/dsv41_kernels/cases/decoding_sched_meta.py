@@ -8,15 +8,17 @@ import dataclasses
 import torch
 
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
+from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
     FIXED_OVERHEAD_NUM_BLOCKS,
+    MODULE,
     DecodingSchedConfig,
     decoding_sched_meta,
     decoding_sched_meta_admission,
     device_sched_config,
-    launch,
+    kernel_arguments,
 )
-from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
+from dsv41_kernels.reference.decoding_sched_meta import decoding_sched_meta as reference_sched_meta
 
 OPS = ("decoding_sched_meta",)
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""
@@ -38,7 +40,10 @@ def baseline_decoding_sched_meta(
     if not admission:
         raise ValueError(f"baseline_decoding_sched_meta needs the kernel path: {admission.reason}")
     given = {name: t for name, t in lengths.items() if t is not None}
-    launch(tile_scheduler_metadata, num_splits, config, given, entry="baseline_decoding_sched_meta")
+    module = load_module(MODULE, tile_scheduler_metadata.device.index)
+    module.baseline_decoding_sched_meta(
+        *kernel_arguments(tile_scheduler_metadata, num_splits, admission.plan.config, given)
+    )
     return tile_scheduler_metadata, num_splits
 
 

@@ -12,7 +12,7 @@ from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
 )
-from dsv41_kernels.reference.inverse_rope_quant import (
+from dsv41_kernels.reference.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8 as reference_inverse_rope_quant_fp8,
 )
 

@@ -7,8 +7,8 @@ import torch
 
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize, mxfp8_quantize_admission
-from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
+from dsv41_kernels.reference.mxfp8_quantize import SF_VEC_SIZE
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference_mxfp8_quantize
 
 OPS = ("mxfp8_quantize",)
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""

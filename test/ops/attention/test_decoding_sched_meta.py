@@ -7,20 +7,26 @@ import numpy as np
 import pytest
 import torch
 
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.decoding_sched_meta import baseline_decoding_sched_meta, check_cases
 from dsv41_kernels.ops.attention.decoding_sched_meta import (
     BLOCK_SIZE_N,
     FIXED_OVERHEAD_NUM_BLOCKS,
+    MODULE,
+    STAGING_LIMIT_BYTES,
     DecodingSchedConfig,
     DecodingSchedMeta,
+    DecodingSchedPlan,
+    SchedKernel,
     decoding_sched_meta,
     decoding_sched_meta_admission,
     device_sched_config,
     fixed_overhead_num_blocks,
     num_sm_parts,
+    staged_bytes,
 )
-from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference
-from dsv41_kernels.reference.flashmla_sched import request_tokens
+from dsv41_kernels.reference.decoding_sched_meta import decoding_sched_meta as reference
+from dsv41_kernels.reference.decoding_sched_meta import request_tokens
 from test.machine import on_cuda, pretend_toolchain
 
 
@@ -337,15 +343,23 @@ def length_shapes(rng: random.Random, b: int, topk: int) -> dict[str, list[int]]
     }
 
 
+def in_place(meta, splits, config, **lengths):
+    """The op with the walk in place forced, whatever the batch size."""
+    plan = DecodingSchedPlan(SchedKernel.IN_PLACE, config)
+    forced = admit(SchedKernel.IN_PLACE.value, "forced by the test", MODULE, plan)
+    return decoding_sched_meta(meta, splits, config, **lengths, admission=forced)
+
+
 def run_all_three(case: dict, *, baseline: bool = True) -> None:
-    """Ours and the baseline (into buffers holding -7) against the reference, all 8 fields."""
+    """Ours (the admission's kernel, then the walk in place) and the baseline, into buffers
+    holding -7, against the reference, all 8 fields."""
     device = torch.device("cuda")
     b, parts = case["batch_size"], case["num_sm_parts"]
     kwargs = {k: v for k, v in case.items() if k not in ("batch_size", "num_sm_parts")}
     config, lengths = config_and_rest(kwargs)
     on_device = {k: torch.tensor(v, dtype=torch.int32, device=device) for k, v in lengths.items()}
     want_meta, want_splits = reference(batch_size=b, num_sm_parts=parts, **kwargs)
-    arms = [decoding_sched_meta] + ([baseline_decoding_sched_meta] if baseline else [])
+    arms = [decoding_sched_meta, in_place] + ([baseline_decoding_sched_meta] if baseline else [])
     for fn in arms:
         meta, splits = outputs(b, parts, device)
         assert decoding_sched_meta_admission(meta, splits, config, **on_device)
@@ -412,6 +426,18 @@ def test_gpu_large_batches_and_past_shared_memory(parts):
         case = dict(batch_size=b, num_sm_parts=parts, block_size_n=64, fixed_overhead_num_blocks=5)
         case |= dict(topk=2048, extra_topk=512, topk_length=topk_length)
         run_all_three(case, baseline=4 * (5 * b + 1) <= optin)
+
+
+@pytest.mark.gpu
+def test_gpu_closed_form_refuses_a_batch_past_its_staging():
+    """The .cu launches the kernel the plan names, and refuses the closed form where its
+    staging would not fit (the admission never plans that)."""
+    b = STAGED_BATCH_LIMIT + 1
+    meta, splits = outputs(b, 132, "cuda")
+    plan = DecodingSchedPlan(SchedKernel.CLOSED_FORM, SPARSE_CONFIG)
+    forced = admit(SchedKernel.CLOSED_FORM.value, "forced by the test", MODULE, plan)
+    with pytest.raises(ValueError, match="in-place kernel"):
+        decoding_sched_meta(meta, splits, SPARSE_CONFIG, admission=forced)
 
 
 @pytest.mark.gpu
@@ -513,7 +539,32 @@ def test_admission_needs_a_toolchain(monkeypatch):
     verdict = decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG)
     assert not verdict and "toolchain" in verdict.reason
     pretend_toolchain(True, monkeypatch.setattr)
-    assert decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG).kernel == "cuda"
+    assert decoding_sched_meta_admission(meta, splits, SPARSE_CONFIG).kernel == "cuda closed form"
+
+
+def test_the_batch_size_chooses_the_kernel(monkeypatch):
+    """The closed form while its staging fits the 48 KB a launch gets without an attribute
+    call (the .cu refuses it past that), the walk in place beyond; the plan carries the
+    config as checked (NumPy integers become ints)."""
+    pretend_toolchain(True, monkeypatch.setattr)
+    assert (
+        staged_bytes(STAGED_BATCH_LIMIT)
+        <= STAGING_LIMIT_BYTES
+        < staged_bytes(STAGED_BATCH_LIMIT + 1)
+    )
+    config = dataclasses.replace(SPARSE_CONFIG, topk=np.int64(2048))
+    for b, kernel in (
+        (1, SchedKernel.CLOSED_FORM),
+        (STAGED_BATCH_LIMIT, SchedKernel.CLOSED_FORM),
+        (STAGED_BATCH_LIMIT + 1, SchedKernel.IN_PLACE),
+        (16384, SchedKernel.IN_PLACE),
+    ):
+        meta, splits = (on_cuda(t) for t in outputs(b, 132))
+        admission = decoding_sched_meta_admission(meta, splits, config)
+        assert admission.kernel == kernel.value and admission.plan == DecodingSchedPlan(
+            kernel, SPARSE_CONFIG
+        )
+        assert type(admission.plan.config.topk) is int
 
 
 def test_numpy_integers_are_ints_and_bools_are_not():

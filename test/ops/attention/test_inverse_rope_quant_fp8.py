@@ -24,12 +24,16 @@ from dsv41_kernels.ops.attention import inverse_rope_quant_fp8 as op
 from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     CUDA,
     TRITON,
+    InverseRopeQuantKernel,
+    InverseRopeQuantPlan,
     _cuda_fits,
+    cuda_plan,
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
     launch_cuda,
+    triton_plan,
 )
-from dsv41_kernels.reference.inverse_rope_quant import (
+from dsv41_kernels.reference.inverse_rope_quant_fp8 import (
     AMAX_FLOOR_BITS,
     RCP_448_BITS,
     RCP_APPROX_STEPS,
@@ -39,8 +43,8 @@ from dsv41_kernels.reference.inverse_rope_quant import (
     rcp_approx_ftz,
     round_to_bf16,
 )
-from dsv41_kernels.reference.inverse_rope_quant import inverse_rope_quant_fp8 as reference
-from dsv41_kernels.reference.mxfp8 import e4m3_rne_satfinite
+from dsv41_kernels.reference.inverse_rope_quant_fp8 import inverse_rope_quant_fp8 as reference
+from dsv41_kernels.reference.mxfp8_quantize import e4m3_rne_satfinite
 from test.machine import needs_kernel
 
 # inf * 0 and NaN arithmetic are part of the contract; numpy (the interpreter) warns about them.
@@ -62,11 +66,17 @@ def bits_of(t: torch.Tensor) -> torch.Tensor:
     return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
+def forced(kernel: str, o: torch.Tensor, group_size: int = 128):
+    """An admission of ``kernel`` (``cuda`` or ``triton``) at its default launch shape."""
+    plan = cuda_plan(o) if kernel == CUDA else triton_plan(o, group_size)
+    return admit(kernel, "forced by the test", plan=plan)
+
+
 def run_both(call: AttentionOutput, *, group_size=128, rotate_o=True, kernel=None):
     """(ours, the reference's) on the same inputs: (codes, scales, o after the call);
     ``kernel``: the kernel forced (``cuda`` or ``triton``), else the admission's."""
     ours = call.clone()
-    admission = None if kernel is None else admit(kernel, "forced by the test", None)
+    admission = None if kernel is None else forced(kernel, ours.o, group_size)
     codes, scales = inverse_rope_quant_fp8(
         ours.o, ours.freqs_cis, ours.positions, o_groups=call.o_groups,
         group_size=group_size, rotate_o=rotate_o, admission=admission,
@@ -348,6 +358,24 @@ def test_cuda_kernel_admission_names_what_it_needs(monkeypatch):
         assert admission.kernel == TRITON and "no CUDA device" in admission.reason
 
 
+def test_admission_carries_the_launch_shape(monkeypatch):
+    """The plan the launcher runs: Triton, 1024 values a program (fewer groups when a token has
+    fewer), four warps; CUDA (an sm_90 device and its module stood in), four warps a CTA and a
+    group a warp while the grid is one wave, two beyond."""
+    call = attention_output(3, 4, o_groups=2, seed=7, kernel_heads=6)
+    o, table, positions = call.o, call.freqs_cis, call.positions
+    admission = inverse_rope_quant_fp8_admission(o, table, positions, o_groups=2)
+    if not o.is_cuda and interpreter.RUNS_IN_INTERPRETER:
+        assert admission.kernel == TRITON
+        assert admission.plan == InverseRopeQuantPlan(InverseRopeQuantKernel.TRITON, 4, 8)
+    assert triton_plan(o, 64).groups == 16 and triton_plan(o[:, :1, :128], 32).groups == 4
+    monkeypatch.setattr(op, "one_wave", lambda programs, warps, device: programs <= 64)
+    assert cuda_plan(o) == InverseRopeQuantPlan(InverseRopeQuantKernel.CUDA, 4, 1)
+    assert cuda_plan(o[:, :1]) == InverseRopeQuantPlan(InverseRopeQuantKernel.CUDA, 4, 1)
+    wide = attention_output(24, 4, o_groups=2, seed=7).o  # 384 groups: past one wave
+    assert cuda_plan(wide) == InverseRopeQuantPlan(InverseRopeQuantKernel.CUDA, 4, 2)
+
+
 def test_check_cases_are_exact():
     for case in check_cases(torch.device("cpu"), small=True):
         assert case.mismatches(case.run(), case.reference()) == 0, case.shape
@@ -421,24 +449,29 @@ def test_rcp_model_is_the_other_neighbour_where_it_steps():
 @pytest.mark.gpu
 @pytest.mark.parametrize("kernel", [CUDA, TRITON])
 def test_gpu_kernel_matches_reference(kernel):
-    calls = 0
+    """DeepSeek-V4.1's shapes at TP 4 / 2 / 1 (H = 8 G heads), ``o`` a slice of the padded
+    64-head buffer and dense, from one token to past one wave (two groups a CUDA warp), the
+    rotated ``o`` written back or not, in turn."""
+    calls = []
     for tokens in (1, 6, 24, 96, 384):
         for groups in (2, 4, 8):
             heads = 8 * groups  # TP 4 / 2 / 1 of DeepSeek-V4.1
-            for padded in (False, True):
-                for seed in range(3):
-                    call = attention_output(
-                        tokens, heads, o_groups=groups, seed=100 * tokens + 10 * groups + seed,
-                        kernel_heads=KERNEL_HEADS if padded and heads < KERNEL_HEADS else None,
-                        device="cuda",
-                    )  # fmt: skip
-                    if kernel == CUDA:  # the default for SGLang's layouts on sm_90+
-                        assert inverse_rope_quant_fp8_admission(
-                            call.o, call.freqs_cis, call.positions, o_groups=groups
-                        ).kernel == CUDA  # fmt: skip
-                    assert_bitwise(*run_both(call, rotate_o=seed != 1, kernel=kernel))
-                    calls += 1
-    assert calls >= 80
+            for padded in (False, True) if heads < KERNEL_HEADS else (False,):
+                rotate_o = len(calls) % 2 == 0
+                call = attention_output(
+                    tokens, heads, o_groups=groups, seed=100 * tokens + 10 * groups + padded,
+                    kernel_heads=KERNEL_HEADS if padded else None, device="cuda",
+                )  # fmt: skip
+                if kernel == CUDA:  # the default for SGLang's layouts on sm_90+
+                    assert inverse_rope_quant_fp8_admission(
+                        call.o, call.freqs_cis, call.positions, o_groups=groups
+                    ).kernel == CUDA  # fmt: skip
+                assert_bitwise(*run_both(call, rotate_o=rotate_o, kernel=kernel))
+                calls.append((tokens, groups, padded, rotate_o))
+    assert len(calls) == 25
+    if kernel == CUDA:  # both launch shapes the plan chooses
+        assert {cuda_plan(attention_output(t, 8 * g, o_groups=g, seed=0, device="cuda").o).groups
+                for t, g in ((1, 2), (384, 8))} == {1, 2}  # fmt: skip
 
 
 @pytest.mark.gpu
@@ -526,7 +559,7 @@ def test_gpu_graph_replay_follows_new_values(kernel):
         torch.empty(24, 2, 32, device="cuda"),
     )
 
-    admission = admit(kernel, "forced by the test", None)
+    admission = forced(kernel, work.o)
 
     def step():
         inverse_rope_quant_fp8(

@@ -6,16 +6,18 @@ import torch
 from dsv41_kernels import interpreter
 from dsv41_kernels.cases.mxfp8_quantize import special_values_bf16
 from dsv41_kernels.ops.quantization.mxfp8_quantize import (
+    TRITON,
+    Mxfp8QuantizePlan,
     launch,
     mxfp8_quantize,
     mxfp8_quantize_admission,
 )
-from dsv41_kernels.reference.mxfp8 import (
+from dsv41_kernels.reference.mxfp8_quantize import (
     e4m3_rne_satfinite,
     scale_buffer_size,
     swizzled_scale_offset,
 )
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference
 from test.machine import needs_kernel
 
 # inf * 0 and NaN arithmetic are part of the contract; numpy (the interpreter) warns about them.
@@ -254,8 +256,29 @@ def test_kernel_writes_every_scale_byte():
     x = kernel_inputs(5, 96, seed=3)
     q = torch.empty(5, 96, dtype=torch.float8_e4m3fn)
     scales = torch.full((scale_buffer_size(5, 96, swizzled=True),), 0xAB, dtype=torch.uint8)
-    launch(x, q, scales, swizzled=True)
+    launch(mxfp8_quantize_admission(x).plan, x, q, scales)
     assert_same_bytes((q, scales), reference(x))
+
+
+@needs_kernel
+def test_admission_carries_the_launch_shape():
+    """The plan the launcher runs: 32 blocks a program at most, scale columns padded to 4 when
+    swizzled, one extra program zeroing a partial 128-row tile; nothing to launch when empty."""
+    x = kernel_inputs(130, 96, seed=6)
+    admission = mxfp8_quantize_admission(x)
+    assert admission.kernel == TRITON
+    assert admission.plan == Mxfp8QuantizePlan(True, 3, 4, 4, 1, 131)
+    assert mxfp8_quantize_admission(x, swizzled=False).plan == Mxfp8QuantizePlan(
+        False, 3, 3, 4, 1, 130
+    )
+    wide = mxfp8_quantize_admission(kernel_inputs(2, 40 * 32, seed=7)).plan
+    assert (wide.block_cols, wide.col_programs, wide.programs) == (32, 2, 6)  # 2 zero the tile
+    for shape in ((0, 64), (5, 0)):
+        empty = torch.empty(shape, dtype=torch.bfloat16)
+        assert mxfp8_quantize_admission(empty).plan.programs == 0
+    # A caller's admission is the plan that runs: the call is not re-planned.
+    ours = mxfp8_quantize(x, swizzled=False, admission=mxfp8_quantize_admission(x, swizzled=False))
+    assert_same_bytes(ours, reference(x, swizzled=False))
 
 
 def test_fallback_paths_match_reference(monkeypatch):

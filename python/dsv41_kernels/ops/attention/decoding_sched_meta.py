@@ -3,18 +3,21 @@
 FlashMLA's sparse decode splits the batch's KV blocks over ``num_sm_parts`` persistent
 partitions. The schedule depends on every step's ``topk_length``, so it is recomputed inside
 the captured decode graph, four times per step, and FlashMLA's own ``<<<1, 32>>>`` kernel walks
-every partition on one thread with a global store per record: 25.5 µs at batch 1 with 132
-partitions on the H200, all of it on the critical path. Here a block of 256 threads computes the
-per-request costs and writes the records; the walk over partitions is replaced by its closed
-form (a few register operations per request on one thread, then one thread per partition
-locates its begin and end in shared memory), with the walk itself kept for batches too large
-to stage in shared memory.
+every partition on one thread with a global store per record, all of it on the critical path.
+Here a block of 256 threads computes the per-request costs and writes the records. Kernels
+(:class:`SchedKernel`, the admission's ``kernel``, chosen by the batch size):
+
+- ``cuda closed form``: the walk over partitions replaced by its closed form (a few register
+  operations per request on one thread, then one thread per partition locates its begin and
+  end in shared memory);
+- ``cuda in place``: the walk itself on one thread, staged in the outputs, for batches too
+  large to stage in shared memory.
 
 Contract: writes, in place and on the current stream, exactly what the schedulers of
 sgl-flash-mla 1.0.0 write (the FlashMLA SGLang 0.5.23 calls; its legacy SM90 kernels consume
 this schedule on Hopper; docs/specs.md section A): ``tile_scheduler_metadata`` int32
 ``[num_sm_parts, 8]`` (fields in
-:data:`dsv41_kernels.reference.flashmla_sched.RECORD_FIELDS`) and ``num_splits`` int32
+:data:`dsv41_kernels.reference.decoding_sched_meta.RECORD_FIELDS`) and ``num_splits`` int32
 ``[batch_size + 1]``. Sparse mode for ``topk > 0``, dense mode for ``topk == -1``.
 
 Exactness: bit-identical to :func:`dsv41_kernels.reference.decoding_sched_meta` and to the
@@ -30,6 +33,7 @@ buildable) runs the reference on the lengths' values, which syncs when they live
 from __future__ import annotations
 
 import dataclasses
+import enum
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +48,7 @@ from dsv41_kernels.admission import (
     refuse,
 )
 from dsv41_kernels.jit import load_module, module_available
-from dsv41_kernels.reference.flashmla_sched import decoding_sched_meta as reference_sched_meta
+from dsv41_kernels.reference.decoding_sched_meta import decoding_sched_meta as reference_sched_meta
 
 # FlashMLA's constants (deepseek-ai/FlashMLA csrc/api/sparse_decode.h, dense_decode.h; restated
 # in docs/specs.md A.2).
@@ -53,9 +57,10 @@ FIXED_OVERHEAD_NUM_BLOCKS = 5  # cost of starting a chunk of a request, in block
 FIXED_OVERHEAD_NUM_BLOCKS_SM100_HEAD128 = 3  # SM100 head-128 kernel at head dim 512 (V4)
 
 _INT32_MAX = 2**31 - 1
-_MODULE = "decoding_sched_meta"
-CUDA = "cuda"  # the block-parallel kernel, the only one an admission names
+MODULE = "decoding_sched_meta"  # sgl-kernel/csrc/decoding_sched_meta.cu
 _LENGTH_NAMES = ("topk_length", "extra_topk_length", "seqlens_k")  # the kernels' argument order
+_SUMMARY_BYTES = 48  # the closed form's WalkSummary, ahead of its staging in shared memory
+STAGING_LIMIT_BYTES = 48 * 1024  # what a launch gets without an opt-in attribute call
 
 
 def num_sm_parts(*, num_sms: int, s_q: int, h_q: int, arch_major: int, d_qk: int = 512) -> int:
@@ -171,12 +176,33 @@ def _validate(
     return config
 
 
-def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor]) -> Admission:
+class SchedKernel(enum.Enum):
+    """The kernels of ``decoding_sched_meta.cu`` the op launches, one block of 256 threads."""
+
+    CLOSED_FORM = "cuda closed form"  # sched_meta_closed_form_kernel, staged in shared memory
+    IN_PLACE = "cuda in place"  # sched_meta_in_place_kernel, the walk staged in the outputs
+
+
+@dataclass(frozen=True)
+class DecodingSchedPlan:
+    """What the launcher runs: the kernel, and the schedule's scalars as validated."""
+
+    kernel: SchedKernel
+    config: DecodingSchedConfig
+
+
+def staged_bytes(batch_size: int) -> int:
+    """Shared memory the closed form stages: the summary, then 3 * batch_size + 1 int32."""
+    return _SUMMARY_BYTES + 4 * (3 * batch_size + 1)
+
+
+def _plan(tile_scheduler_metadata, num_splits, config, lengths: dict[str, torch.Tensor]):
+    """The admission of valid arguments (``config`` checked), with its plan."""
     if not tile_scheduler_metadata.is_cuda:
         return refuse(f"{tile_scheduler_metadata.device.type} tensors: the kernel is CUDA")
-    found = module_available(_MODULE, tile_scheduler_metadata.device.index)
+    found = module_available(MODULE, tile_scheduler_metadata.device.index)
     if not found:
-        return refuse(f"{_MODULE}: {found.reason}")
+        return refuse(f"{MODULE}: {found.reason}")
     outputs = {"tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
     for name, t in {**outputs, **lengths}.items():
         if not t.is_contiguous():
@@ -184,7 +210,14 @@ def _plan(tile_scheduler_metadata, num_splits, lengths: dict[str, torch.Tensor])
     if tile_scheduler_metadata.data_ptr() % 16 != 0:
         return refuse("tile_scheduler_metadata is not 16-byte aligned (records are stored as int4)")
     batch, parts = num_splits.shape[0] - 1, tile_scheduler_metadata.shape[0]
-    return admit(CUDA, f"cuda, batch {batch}, {parts} parts ({_MODULE}: {found.reason})", _MODULE)
+    fits = staged_bytes(batch) <= STAGING_LIMIT_BYTES
+    kernel = SchedKernel.CLOSED_FORM if fits else SchedKernel.IN_PLACE
+    return admit(
+        kernel.value,
+        f"{kernel.value}, batch {batch}, {parts} parts ({MODULE}: {found.reason})",
+        MODULE,
+        DecodingSchedPlan(kernel, config),
+    )
 
 
 def decoding_sched_meta_admission(
@@ -196,29 +229,21 @@ def decoding_sched_meta_admission(
     extra_topk_length: torch.Tensor | None = None,
     seqlens_k: torch.Tensor | None = None,
 ) -> Admission:
-    """Whether the block-parallel kernel runs; pure (shapes, layouts, device), reads no values."""
+    """Which kernel runs (:class:`SchedKernel`), or why none does (the reference then); pure
+    (shapes, layouts, device, the module's availability), reads no values."""
     lengths = _present(topk_length, extra_topk_length, seqlens_k)
     try:
-        _validate(tile_scheduler_metadata, num_splits, config, lengths)
+        config = _validate(tile_scheduler_metadata, num_splits, config, lengths)
     except ValueError as e:
         return invalid(e)
-    return _plan(tile_scheduler_metadata, num_splits, lengths)
+    return _plan(tile_scheduler_metadata, num_splits, config, lengths)
 
 
-def launch(
-    tile_scheduler_metadata,
-    num_splits,
-    config: DecodingSchedConfig,
-    lengths: dict[str, torch.Tensor],
-    *,
-    entry: str = "decoding_sched_meta",
-) -> None:
-    """Launch ``entry`` of ``decoding_sched_meta.cu`` on admitted arguments (``lengths``: the
-    length tensors given, by name). The module's other entry, ``baseline_decoding_sched_meta``,
-    is FlashMLA's structure (one warp, lane 0 walks), which the checks and benchmark run."""
-    module = load_module(_MODULE, tile_scheduler_metadata.device.index)
+def kernel_arguments(tile_scheduler_metadata, num_splits, config, lengths) -> tuple:
+    """The arguments every entry of ``decoding_sched_meta.cu`` takes, in its order (``lengths``:
+    the length tensors given, by name; an absent one is passed as a flag and a stand-in)."""
     absent = num_splits  # any int32 tensor on the device: never read when its flag is False
-    getattr(module, entry)(
+    return (
         tile_scheduler_metadata,
         num_splits,
         *(lengths.get(name, absent) for name in _LENGTH_NAMES),
@@ -227,6 +252,16 @@ def launch(
         config.fixed_overhead_num_blocks,
         config.topk,
         config.extra_topk,
+    )
+
+
+def launch(plan: DecodingSchedPlan, tile_scheduler_metadata, num_splits, lengths) -> None:
+    """The kernel ``plan`` names on admitted arguments (``lengths``: the length tensors given,
+    by name), on the current stream."""
+    module = load_module(MODULE, tile_scheduler_metadata.device.index)
+    module.decoding_sched_meta(
+        *kernel_arguments(tile_scheduler_metadata, num_splits, plan.config, lengths),
+        plan.kernel is SchedKernel.IN_PLACE,
     )
 
 
@@ -254,14 +289,15 @@ def decoding_sched_meta(
             (absent: every request has ``extra_topk``).
         seqlens_k: int32 ``[batch_size]`` KV lengths, dense mode only (``topk == -1``).
         admission: this call's :func:`decoding_sched_meta_admission`, when the caller already
-            made it.
+            made it; an admitted one is not validated again.
     """
     lengths = _present(topk_length, extra_topk_length, seqlens_k)
-    config = _validate(tile_scheduler_metadata, num_splits, config, lengths)
-    if admission is None:
-        admission = _plan(tile_scheduler_metadata, num_splits, lengths)
+    if admission is None or not admission:
+        config = _validate(tile_scheduler_metadata, num_splits, config, lengths)
+        if admission is None:
+            admission = _plan(tile_scheduler_metadata, num_splits, config, lengths)
     if admission:
-        launch(tile_scheduler_metadata, num_splits, config, lengths)
+        launch(admission.plan, tile_scheduler_metadata, num_splits, lengths)
         return tile_scheduler_metadata, num_splits
     metadata, splits = reference_sched_meta(
         batch_size=num_splits.shape[0] - 1,

@@ -6,7 +6,7 @@ layout with :func:`swizzled_scale_offset` and :func:`zero_padding_scale_words`, 
 form gives the quantizer's bytes by construction. The byte rules are FlashInfer's ``cuda``
 backend, restated in docs/specs.md section B (B.2 the block algorithm, B.5 the layouts).
 :func:`e4m3_rne_satfinite` is also the e4m3 rounding of
-:mod:`dsv41_kernels.ops.attention.inverse_rope_quant_fp8` under the interpreter.
+:mod:`dsv41_kernels.ops.attention.inverse_rope_quant_fp8_triton` under the interpreter.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ does nothing and returns uninitialised memory. This Triton kernel produces the s
 any GPU Triton runs on, in the 128x4 swizzled scale layout the MXFP8 GEMMs read (or linear).
 
 Contract: ``mxfp8_quantize(x)`` is **bitwise equal** to
-:func:`dsv41_kernels.reference.mxfp8.mxfp8_quantize` (FlashInfer's ``cuda`` backend,
+:func:`dsv41_kernels.reference.mxfp8_quantize.mxfp8_quantize` (FlashInfer's ``cuda`` backend,
 docs/specs.md section B): the asymmetric even/odd NaN amax, ``S = ftz(amax · 0x3B124925)``,
 UE8M0 round-up, flush to zero of inputs and products, the ±448 clamp with NaN -> +448 and e4m3
 round-to-nearest-even with the sign of zero kept. Every byte of the scale buffer is written
@@ -19,6 +19,7 @@ padding rows of the last 128-row scale tile.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -42,12 +43,13 @@ from dsv41_kernels.ops.quantization.mxfp8_encode import (
     swizzled_scale_offset,
     zero_padding_scale_words,
 )
-from dsv41_kernels.reference.mxfp8 import SF_VEC_SIZE, scale_buffer_size
-from dsv41_kernels.reference.mxfp8 import mxfp8_quantize as reference_mxfp8_quantize
+from dsv41_kernels.reference.mxfp8_quantize import SF_VEC_SIZE, scale_buffer_size
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference_mxfp8_quantize
 
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 BLOCKS_PER_PROGRAM = 32  # 32-value blocks per program: 1024 values, 8 per thread
-TRITON = "triton"
+NUM_WARPS = 4  # with 32 blocks a program: 8 values a thread, a block within 4 lanes of a warp
+TRITON = "triton"  # the one kernel: Admission.kernel of every admitted call
 
 
 class Mxfp8SwizzledInput(NamedTuple):
@@ -70,14 +72,44 @@ def _validate(x, swizzled) -> bool:
     return check_flag("swizzled", swizzled)
 
 
+@dataclass(frozen=True)
+class Mxfp8QuantizePlan:
+    """The Triton kernel's launch for one ``[rows, K]`` input, chosen by :func:`_plan`."""
+
+    swizzled: bool  # scales in the 128x4 swizzled layout, else linear
+    cols: int  # scale blocks a row: K / 32
+    padded_cols: int  # scale columns in the buffer: rup(cols, 4) when swizzled, else cols
+    block_cols: int  # scale blocks a program (a power of two)
+    col_programs: int  # programs a row: cdiv(padded_cols, block_cols)
+    programs: int  # the grid: rows * col_programs, then the padding-row programs; 0: no launch
+
+
+def _launch_shape(rows: int, k: int, swizzled: bool) -> Mxfp8QuantizePlan:
+    cols = k // SF_VEC_SIZE
+    padded_cols = -(-cols // 4) * 4 if swizzled else cols
+    if rows == 0 or k == 0:  # no bytes to write: the scale buffer is empty too
+        return Mxfp8QuantizePlan(swizzled, cols, padded_cols, 0, 0, 0)
+    block_cols = min(BLOCKS_PER_PROGRAM, triton.next_power_of_2(padded_cols))
+    col_programs = triton.cdiv(padded_cols, block_cols)
+    programs = rows * col_programs
+    if swizzled:
+        programs += padding_programs(rows, padded_cols)
+    return Mxfp8QuantizePlan(swizzled, cols, padded_cols, block_cols, col_programs, programs)
+
+
 def _plan(x: torch.Tensor, swizzled: bool) -> Admission:
+    """The admission of valid arguments, with its :class:`Mxfp8QuantizePlan`."""
     where = triton_device(x)
     if not where:
         return where
     if x.shape[1] > 1 and x.stride(1) != 1:
         return refuse("x's last-dim stride != 1")
     layout = "128x4 swizzled" if swizzled else "linear"
-    return admit(TRITON, f"{where.reason}, {x.shape[0]} x {x.shape[1]}, {layout} scales")
+    return admit(
+        TRITON,
+        f"{where.reason}, {x.shape[0]} x {x.shape[1]}, {layout} scales",
+        plan=_launch_shape(x.shape[0], x.shape[1], swizzled),
+    )
 
 
 def mxfp8_quantize_admission(x: torch.Tensor, *, swizzled: bool = True) -> Admission:
@@ -125,73 +157,73 @@ def mxfp8_quantize_kernel(
         zero_padding_scale_words(sf_ptr, pid - rows * COL_PROGRAMS, rows, PADDED_COLS)
 
 
+def launch(plan: Mxfp8QuantizePlan, x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor):
+    """The kernel on admitted ``x`` as ``plan`` says, into ``q`` (e4m3 ``[M, K]``, last-dim
+    stride 1) and ``scales`` (1-D, contiguous, 4-byte aligned: padding is written as words)."""
+    if plan.programs == 0:
+        return
+    bf16 = x.dtype == torch.bfloat16
+    with serialized():
+        mxfp8_quantize_kernel[(plan.programs,)](
+            x.view(torch.int16) if bf16 else x,
+            q.view(torch.uint8),
+            scales,
+            x.shape[0],
+            x.stride(0),
+            q.stride(0),
+            COLS=plan.cols,
+            PADDED_COLS=plan.padded_cols,
+            SWIZZLED=plan.swizzled,
+            BF16_BITS=bf16,
+            BLOCK_COLS=plan.block_cols,
+            COL_PROGRAMS=plan.col_programs,
+            HW_CVT=x.is_cuda,
+            num_warps=NUM_WARPS,
+            enable_fp_fusion=False,  # no multiply-add pairs here; kept off as in every exact kernel
+        )
+
+
 def quantize_into(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: bool):
     """Quantize ``x`` (already valid) into the caller's ``q`` (e4m3 ``[M, K]``) and ``scales``
     (1-D, the layout's size): by the kernel when admitted and the outputs suit it (last-dim
     stride 1, contiguous 4-byte aligned scales: padding is written as words), else the
     reference."""
     kernel_outputs = q.stride(1) == 1 and scales.is_contiguous() and scales.data_ptr() % 4 == 0
-    if kernel_outputs and _plan(x, swizzled):
-        launch(x, q, scales, swizzled=swizzled)
+    admission = _plan(x, swizzled) if kernel_outputs else None
+    if admission:
+        launch(admission.plan, x, q, scales)
         return
     data, sf = reference_mxfp8_quantize(x, swizzled=swizzled)
     q.copy_(data)
     scales.copy_(sf)
 
 
-def launch(x: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, *, swizzled: bool) -> None:
-    """The kernel on admitted ``x``; an empty ``x`` (``[0, K]`` or ``[M, 0]``) has no bytes to
-    write (its scale buffer is empty too)."""
-    rows, k = x.shape
-    if rows == 0 or k == 0:
-        return
-    cols = k // SF_VEC_SIZE
-    padded_cols = -(-cols // 4) * 4 if swizzled else cols
-    block_cols = min(BLOCKS_PER_PROGRAM, triton.next_power_of_2(padded_cols))
-    col_programs = triton.cdiv(padded_cols, block_cols)
-    grid = rows * col_programs
-    if swizzled:
-        grid += padding_programs(rows, padded_cols)
-    bf16 = x.dtype == torch.bfloat16
-    with serialized():
-        mxfp8_quantize_kernel[(grid,)](
-            x.view(torch.int16) if bf16 else x,
-            q.view(torch.uint8),
-            scales,
-            rows,
-            x.stride(0),
-            q.stride(0),
-            COLS=cols,
-            PADDED_COLS=padded_cols,
-            SWIZZLED=swizzled,
-            BF16_BITS=bf16,
-            BLOCK_COLS=block_cols,
-            COL_PROGRAMS=col_programs,
-            HW_CVT=x.is_cuda,
-            num_warps=4,
-            enable_fp_fusion=False,  # no multiply-add pairs here; kept off as in every exact kernel
-        )
-
-
 def mxfp8_quantize(
     x: torch.Tensor, *, swizzled: bool = True, admission: Admission | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP8-quantize ``x`` [M, K] (bf16 or fp16, ``K % 32 == 0``) along K.
+    """MXFP8-quantize ``x`` along K.
 
-    Returns ``(q, scales)``: ``q`` float8_e4m3fn [M, K], ``scales`` uint8 1-D in the 128x4
-    swizzled layout (``rup(M, 128) * rup(K/32, 4)`` bytes) or, with ``swizzled=False``, the
-    linear layout (``M * K/32`` bytes). Bitwise equal to the reference on every path.
-    ``admission``: this call's :func:`mxfp8_quantize_admission`, when the caller already made it.
+    Args:
+        x: bf16 or fp16 ``[M, K]``, ``K % 32 == 0``, last-dim stride 1 for the kernel (any
+            other layout takes the reference).
+        swizzled: scales in FlashInfer's 128x4 swizzled layout (``rup(M, 128) * rup(K/32, 4)``
+            bytes, padding 0), else the linear one (``M * K/32`` bytes).
+        admission: this call's :func:`mxfp8_quantize_admission`, when the caller already made
+            it; an admitted one is not validated again.
+
+    Returns ``(q, scales)``: ``q`` float8_e4m3fn ``[M, K]``, ``scales`` uint8 1-D. Bitwise
+    equal to the reference on every path.
     """
-    swizzled = _validate(x, swizzled)
-    if admission is None:
-        admission = _plan(x, swizzled)
+    if admission is None or not admission:
+        swizzled = _validate(x, swizzled)
+        admission = _plan(x, swizzled) if admission is None else admission
     if not admission:
         return reference_mxfp8_quantize(x, swizzled=swizzled)
+    plan: Mxfp8QuantizePlan = admission.plan
     rows, k = x.shape
     q = torch.empty((rows, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty(
-        scale_buffer_size(rows, k, swizzled=swizzled), dtype=torch.uint8, device=x.device
+        scale_buffer_size(rows, k, swizzled=plan.swizzled), dtype=torch.uint8, device=x.device
     )
-    launch(x, q, scales, swizzled=swizzled)  # fresh contiguous outputs suit the kernel
+    launch(plan, x, q, scales)  # fresh contiguous outputs suit the kernel
     return q, scales

