@@ -2,8 +2,10 @@
 
 Every ``import`` and ``from ... import`` of a ``dsv41_kernels`` module counts, at module level
 or inside a function, so a lazy import cannot hide an edge. The ops import only the layers
-below them (``admission``, ``jit``, ``workspace``, ``reference``) and each other; nothing under
-``ops/`` imports the check, the cases, the CLI, the SGLang plugin or the lazy package facade.
+below them (``admission``, ``devices``, ``jit``, ``workspace``, ``reference``) and each other;
+nothing under ``ops/`` imports the check, the cases, the CLI, the SGLang plugin or the lazy
+package facade. ``devices`` (the device queries) sits below ``jit`` (the CUDA modules' build,
+load and manifest), which asks no device anything itself.
 """
 
 from __future__ import annotations
@@ -96,3 +98,11 @@ def test_the_plugin_and_the_cases_import_ops_directly():
         if module.startswith((f"{PACKAGE}.sglang_plugin", f"{PACKAGE}.cases", f"{PACKAGE}.check")):
             through = facade.intersection(imported(path))
             assert not through, f"{module} imports {sorted(through)} through the package facade"
+
+
+def test_device_queries_live_in_devices():
+    edges = graph()
+    assert edges[f"{PACKAGE}.devices"] <= {f"{PACKAGE}.interpreter"}
+    jit = (ROOT / "jit.py").read_text()
+    for query in ("get_device_capability", "get_device_properties", "multi_processor_count"):
+        assert query not in jit, f"jit.py asks the device ({query}): that is devices.py's job"

@@ -61,7 +61,7 @@ def one_wave(programs: int, num_warps: int, device) -> bool:
     """Whether a grid of ``programs`` programs of ``num_warps`` warps of a light kernel
     (:data:`RESIDENT_WARPS_PER_SM`) is surely resident on ``device`` at once. A dependent launch
     of one wave lets the next launch start as it starts (``gdc_launch_dependents``); one of
-    several waves does not: on the H200 a kernel of 24576 CTAs that did so took twice as long."""
+    several waves does not: the early start then crowds the grid's later waves and slows it."""
     import torch
 
     device = torch.device(device)

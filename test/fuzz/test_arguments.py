@@ -26,6 +26,10 @@ from dsv41_kernels.ops.attention.decoding_sched_meta import (
     device_sched_config,
     num_sm_parts,
 )
+from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
+    inverse_rope_quant_fp8,
+    inverse_rope_quant_fp8_admission,
+)
 from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm,
     hc_combine_norm_admission,
@@ -33,12 +37,8 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
 )
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, split_tf32
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.moe.moe_fused_gate import (
-    moe_fused_gate,
-    moe_fused_gate_admission,
-    pack_topk,
-    pack_topk_admission,
-)
+from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
+from dsv41_kernels.ops.moe.pack_topk import pack_topk, pack_topk_admission
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize, mxfp8_quantize_admission
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
@@ -107,6 +107,20 @@ OPS = {
     "mxfp8_quantize": Op(
         mxfp8_quantize, mxfp8_quantize_admission, lambda: dict(x=bf16(2, 64), swizzled=True)
     ),
+    "inverse_rope_quant_fp8": Op(
+        inverse_rope_quant_fp8,
+        inverse_rope_quant_fp8_admission,
+        lambda: dict(
+            o=bf16(2, 4, 128),
+            freqs_cis=torch.ones(8, 16, dtype=torch.complex64),
+            positions=torch.tensor([0, 7]),
+            o_groups=2,
+            group_size=32,
+            rotate_o=True,
+            tables_ready=False,
+            out=None,
+        ),
+    ),
     "hc_combine_norm": Op(
         hc_combine_norm,
         hc_combine_norm_admission,
@@ -154,7 +168,6 @@ OPS = {
             post_mult=2.0,
             mode="auto",
             return_mix=False,
-            config=None,
         ),
     ),
     "split_tf32": Op(split_tf32, None, lambda: dict(w=torch.randn(3, 5))),

@@ -27,7 +27,7 @@ def sglang_cannot_run_here(error: BaseException) -> bool:
     """Whether ``error`` says a piece of SGLang's own code cannot run here: an optional package
     absent (an ImportError, or SGLang's own error raised from one, e.g. its "tilelang is not
     installed" RuntimeError for the 2-31-row mHC Sinkhorn) or, on the GPU test machine, a
-    stand-in reached (``benchmark/sglang_env``: e.g. ``sgl_kernel.rmsnorm`` behind SGLang's CUDA
+    stand-in reached (``tools/sglang_env``: e.g. ``sgl_kernel.rmsnorm`` behind SGLang's CUDA
     RMSNorm)."""
     if isinstance(error, ImportError) or isinstance(error.__cause__, ImportError):
         return True
@@ -76,7 +76,7 @@ def sglang_functions(module, *names):
         yield
 
 
-# ---- 1. greedy accept: DSpark's in-graph verify epilogue -----------------------------------
+# ---- accept_greedy: DSpark's in-graph verify epilogue ----------------------------------------
 
 
 def verify_epilogue(max_bs: int, device, *, fused_argmax: bool = True):
@@ -158,7 +158,7 @@ def draft_candidates(logits: torch.Tensor, bs: int, gen) -> torch.Tensor:
     return candidates.to(logits.device)
 
 
-# ---- 3, 5. the mHC of a DeepSeek-V4.1 decoder layer ---------------------------------------------
+# ---- hc_combine_norm, hc_mix_stats: the mHC of a DeepSeek-V4.1 decoder layer -----------------
 
 
 def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
@@ -217,8 +217,8 @@ def sm90_combine_branch(rows: int) -> str:
 
 def combine_norm_float64(x, pre, weight, eps):
     """The combine+norm contract's yardstick: ``x_in`` as the contract rounds it, normed in
-    float64 (:func:`dsv41_kernels.reference.mhc.hc_combine_norm`)."""
-    from dsv41_kernels.reference.mhc import hc_combine_norm
+    float64 (:func:`dsv41_kernels.reference.hc_combine_norm.hc_combine_norm`)."""
+    from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm
 
     return hc_combine_norm(x.flatten(1), pre, weight, eps, dtype=torch.float64)
 
@@ -231,7 +231,7 @@ def bf16_ulp_error(y, ref) -> float:
     return ((y.double() - ref).abs() / ulp).max().item()
 
 
-# ---- 2. vision routing ------------------------------------------------------------------------
+# ---- moe_fused_gate: vision routing ------------------------------------------------------------
 
 
 def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, runner=None):
@@ -272,11 +272,11 @@ def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, r
 
 
 def reference_route(moe, logits, input_ids):
-    """``(weights, ids)`` of :func:`dsv41_kernels.reference.moe_router.vision_topk` for
+    """``(weights, ids)`` of :func:`dsv41_kernels.reference.moe_fused_gate.vision_topk` for
     :func:`vision_moe`'s layer: the torch composition both routers are measured against."""
     from sglang.srt.layers.moe.topk import _RENORMALIZE_SUM_EPSILON
 
-    from dsv41_kernels.reference.moe_router import vision_topk
+    from dsv41_kernels.reference.moe_fused_gate import vision_topk
 
     config = moe.topk.topk_config
     return vision_topk(
@@ -293,7 +293,7 @@ def reference_route(moe, logits, input_ids):
     )
 
 
-# ---- 4. FlashMLA's sparse decode, as the DeepSeek-V4 backend calls it on SM90 -----------------
+# ---- decoding_sched_meta: FlashMLA's sparse decode, as the DeepSeek-V4 backend calls it -------
 
 H_Q = 64  # V4.1 heads, zero-padded to FlashMLA's 64 at TP > 1
 D_QK = D_V = 512  # 448 nope + 64 rope
@@ -453,10 +453,10 @@ def sglang_decode(flashmla, step: Step, metadata, *, ours: bool):
     )
 
 
-# ---- 6. the attention output on the way to the FP8 wo_a (Hopper) ------------------------------
+# ---- inverse_rope_quant_fp8: the attention output on the way to the FP8 wo_a (Hopper) ---------
 
-ROPE_HOOK = "wo_a.fused_rope_inplace"  # the wo_a hooks' fire-count keys
-QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
+ROPE_HOOK = "inverse_rope_quant_fp8.fused_rope_inplace"  # the hooks' fire-count keys
+QUANT_HOOK = "inverse_rope_quant_fp8.sglang_per_token_group_quant_fp8"
 V41_HEADS = 64
 V41_O_GROUPS = 8
 V41_O_LORA_RANK = 1024
@@ -515,7 +515,7 @@ def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
     ``(o_fp8 [T, G, D], o_s [T, G, D / 128])``, the contraction's inputs; ``o`` is left rotated."""
     from sglang.srt.models import deepseek_v4 as v4
 
-    from dsv41_kernels.sglang_plugin import wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     def output_path(layer):
         rope = layer.qk_rope_head_dim
@@ -529,7 +529,7 @@ def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
         )
         return o_fp8.view(t, g, d), o_s.view(t, g, -1)
 
-    return wo_a.forward_hook(output_path, layer)
+    return hooks.forward_hook(output_path, layer)
 
 
 def fp8_wo_a(layer, gen: torch.Generator, device):
@@ -542,7 +542,7 @@ def fp8_wo_a(layer, gen: torch.Generator, device):
     return weight.to(device), scales.to(device)
 
 
-# ---- 7. the verify logits at TP > 1 ---------------------------------------------------------
+# ---- sharded_accept_greedy: the verify logits at TP > 1 ---------------------------------------
 
 
 def tp_group(rank: int, world: int):

@@ -1,15 +1,18 @@
 """The SGLang plugin tier: runs against the real SGLang (0.5.23) when it imports here.
 
-Nothing here imports SGLang at collection time: the session fixture ``sglang`` does, after
-defining the torchvision schemas a CPU machine lacks (``cpu_import``), and skips every test
-of this directory with the import error as its reason when SGLang is not installed (or fails
-them, when ``DSV41_KERNELS_REQUIRE_SGLANG`` is set, as in ``.ci/run``). The
-``plugin`` fixture then runs SGLang's own ``load_plugins()``, which finds this package through
-its entry point (the package must be installed: ``pip install -e .``).
+SGLang is imported once per session, after the tests are collected and selected, when a
+selected test asks for it (its import takes seconds, most of this tier's fixed cost on a GPU
+machine: it belongs to the session, not to the first test's setup), or else by the session
+fixture ``sglang`` itself. The import first defines the torchvision schemas a CPU machine lacks
+(``cpu_import``); when it fails, every test of this directory skips with the error as its
+reason (or fails, when ``DSV41_KERNELS_REQUIRE_SGLANG`` is set, as in ``.ci/run``). The
+``plugin`` fixture then has SGLang's own ``load_plugins()`` run, which finds this package
+through its entry point (the package must be installed: ``pip install -e .``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -18,27 +21,62 @@ from test.sglang.cpu_import import import_sglang
 
 REQUIRE_ENV = "DSV41_KERNELS_REQUIRE_SGLANG"
 
+_loaded: dict[str, object] = {}  # "sglang", "plugins": each step's result, or the error it raised
+
+
+def _load_sglang():
+    """SGLang and its plugins loaded, once: the module, or the exception its import raised."""
+    if "sglang" not in _loaded:
+        try:
+            _loaded["sglang"] = import_sglang()
+        except Exception as e:  # ImportError, or whatever a half-installed SGLang raises
+            _loaded["sglang"] = e
+    return _loaded["sglang"]
+
+
+def _load_plugins() -> None:
+    """SGLang's plugin loader run once, with every call site switched on (raises what it
+    raised, every time)."""
+    if "plugins" not in _loaded:
+        os.environ.pop("DSV41_KERNELS_DISABLE", None)
+        os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"  # other installed plugins stay out
+        from sglang.srt.plugins import load_plugins
+
+        try:
+            _loaded["plugins"] = load_plugins()
+        except Exception as e:
+            _loaded["plugins"] = e
+    if isinstance(_loaded["plugins"], Exception):
+        raise _loaded["plugins"]
+
+
+def pytest_collection_finish(session):
+    """Load SGLang and the plugin before the first test when a selected test uses them."""
+    if session.config.option.collectonly:
+        return
+    needs = {name for item in session.items for name in getattr(item, "fixturenames", ())}
+    if "sglang" in needs and not isinstance(_load_sglang(), Exception) and "plugin" in needs:
+        # An error is raised again by the plugin fixture, in the tests that use it.
+        with contextlib.suppress(Exception):
+            _load_plugins()
+
 
 @pytest.fixture(scope="session")
 def sglang():
-    try:
-        return import_sglang()
-    except Exception as e:  # ImportError, or whatever a half-installed SGLang raises
-        reason = f"sglang is not importable here ({type(e).__name__}: {e})"
+    sglang = _load_sglang()
+    if isinstance(sglang, Exception):
+        reason = f"sglang is not importable here ({type(sglang).__name__}: {sglang})"
         # CI installs SGLang and sets this, so a broken install fails there instead of skipping.
         if os.environ.get(REQUIRE_ENV):
             pytest.fail(f"{reason}; {REQUIRE_ENV} is set")
         pytest.skip(reason)
+    return sglang
 
 
 @pytest.fixture(scope="session")
 def plugin(sglang):
     """SGLang's plugin loader run once for the session, with every call site switched on."""
-    os.environ.pop("DSV41_KERNELS_DISABLE", None)
-    os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"  # other installed plugins stay out
-    from sglang.srt.plugins import load_plugins
-
-    load_plugins()
+    _load_plugins()
     from dsv41_kernels import sglang_plugin
 
     if sglang_plugin.status() is None:

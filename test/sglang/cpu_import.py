@@ -19,7 +19,8 @@ import pathlib
 
 import torch
 
-# The modules holding the five call sites the plugin hooks, plus its entry-point loader.
+# SGLang's plugin loader and modules of call sites the plugin hooks; loading the plugin imports
+# the rest of the modules it hooks.
 SGLANG_MODULES = (
     "sglang.srt.plugins",
     "sglang.srt.plugins.hook_registry",

@@ -27,7 +27,7 @@ def only_ours(counts, hook, calls):
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. greedy accept
+# accept_greedy: the greedy accept
 
 
 @pytest.mark.parametrize("bs", [1, 3])
@@ -40,7 +40,7 @@ def test_verify_epilogue_accepts_with_ours(plugin, fired, bs):
     logits = callers.verify_logits(gen, bs, VOCAB, nan=True)
     step = callers.StaticVerifyStep(callers.draft_candidates(logits, bs, gen), logits)
     ours = step.run(callers.verify_epilogue(bs, "cpu"))
-    only_ours(fired(), "accept.accept_greedy", 1)  # CPU tensors: AcceptGreedy.torch
+    only_ours(fired(), "accept_greedy.accept_greedy", 1)  # CPU tensors: AcceptGreedy.torch
 
     with callers.sglang_functions(dspark_accept):
         torch_rule = step.run(callers.verify_epilogue(bs, "cpu", fused_argmax=False))
@@ -69,7 +69,7 @@ def test_accept_greedy_equals_sglang(plugin, fired, cutoff):
         theirs = dspark_accept.accept_greedy.__wrapped__(**kwargs)
         for o, t in zip(ours, theirs, strict=True):
             assert o.dtype == t.dtype and torch.equal(o, t)
-    only_ours(fired(), "accept.accept_greedy", 3)
+    only_ours(fired(), "accept_greedy.accept_greedy", 3)
 
 
 def test_row_argmax_equals_torch_argmax(plugin, fired):
@@ -82,7 +82,7 @@ def test_row_argmax_equals_torch_argmax(plugin, fired):
         got = dspark_verify._row_argmax(logits, fused=fused)
         assert torch.equal(got, dspark_accept._row_argmax.__wrapped__(logits, fused=fused))
         assert torch.equal(got, torch.argmax(logits, -1))
-    only_ours(fired(), "accept._row_argmax", 2)
+    only_ours(fired(), "accept_greedy._row_argmax", 2)
 
 
 def test_accept_falls_back_to_sglang_when_not_admitted(plugin, fired):
@@ -94,14 +94,14 @@ def test_accept_falls_back_to_sglang_when_not_admitted(plugin, fired):
     ours = dspark_accept.accept_greedy(**kwargs)
     theirs = dspark_accept.accept_greedy.__wrapped__(**kwargs)
     assert all(torch.equal(o, t) for o, t in zip(ours, theirs, strict=True))
-    counts = fired()["accept.accept_greedy"]
+    counts = fired()["accept_greedy.accept_greedy"]
     assert counts["ours"] == 0 and sum(counts["sglang"].values()) == 1
     (reason,) = counts["sglang"]
     assert "4096" in reason  # the admission's own words
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. vision routing
+# moe_fused_gate: vision routing
 
 
 def route(moe, gen, tokens, dtype, rows=None):
@@ -117,7 +117,7 @@ def route(moe, gen, tokens, dtype, rows=None):
     return ours, theirs
 
 
-def test_vision_router_declines_by_default(plugin, fired):
+def test_vision_topk_declines_by_default(plugin, fired):
     """On a machine whose GPU architecture was never measured (here: none), the hook hands
     SGLang's own one-launch packed gate every call."""
     gen = torch.Generator().manual_seed(10)
@@ -125,7 +125,7 @@ def test_vision_router_declines_by_default(plugin, fired):
     ours, theirs = route(moe, gen, 9, torch.float32)
     assert torch.equal(ours.topk_ids, theirs.topk_ids)
     assert torch.equal(ours.topk_weights, theirs.topk_weights)
-    counts = fired()["router.vision_topk"]
+    counts = fired()["moe_fused_gate.vision_topk"]
     assert counts["ours"] == 0
     (reason,) = counts["sglang"]
     assert reason.startswith("measured slower than SGLang 0.5.23")
@@ -133,13 +133,13 @@ def test_vision_router_declines_by_default(plugin, fired):
 
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
 @pytest.mark.parametrize("padded", [False, True])
-def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner, padded):
+def test_vision_topk_forced_equals_sglang(plugin, fired, monkeypatch, runner, padded):
     from sglang.srt.layers.moe.topk import StandardTopKOutputPacked
 
     from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
-    from dsv41_kernels.ops.moe.moe_fused_gate import pack_topk
+    from dsv41_kernels.ops.moe.pack_topk import pack_topk
 
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "router")
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "moe_fused_gate")
     gen = torch.Generator().manual_seed(11)
     moe = callers.vision_moe(gen, "cpu", num_experts=64, runner=runner)
     for dtype in (torch.float32, torch.bfloat16):
@@ -150,11 +150,11 @@ def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner, 
         if runner is not None:
             expected = pack_topk(ours.topk_ids, ours.topk_weights)
             assert torch.equal(ours.packed_topk_ids, expected)
-    only_ours(fired(), "router.vision_topk", 2)
+    only_ours(fired(), "moe_fused_gate.vision_topk", 2)
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. combine + norm, 5. mixing statistics
+# hc_combine_norm and hc_mix_stats: the mHC combine + norm and mixing statistics
 
 
 @pytest.mark.parametrize("rows", [1, 6, 130])
@@ -163,7 +163,7 @@ def test_combine_is_ours_within_its_contract(plugin, fired, rows):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize
-    from dsv41_kernels.sglang_plugin import combine
+    from dsv41_kernels.sglang_plugin import hc_combine_norm as hooks
 
     gen = torch.Generator().manual_seed(rows)
     hc = callers.v41_decoder_layer(gen, "cpu", hidden=64).attn_hc
@@ -183,7 +183,7 @@ def test_combine_is_ours_within_its_contract(plugin, fired, rows):
         quantized = []  # what a swizzled-MXFP8 consumer (Blackwell) asks for
         y = mhc.combine(hc, mhc.HcState(x, pre), quantized)
         assert torch.equal(y, ours)
-        if rows <= combine.MAX_QUANTIZED_ROWS:
+        if rows <= hooks.MAX_QUANTIZED_ROWS:
             (pair,) = quantized
             quantized_calls += 1
             assert isinstance(pair, Mxfp8SwizzledInput)
@@ -192,7 +192,7 @@ def test_combine_is_ours_within_its_contract(plugin, fired, rows):
             assert torch.equal(pair.scales.view(torch.uint8), scales.view(torch.uint8))
         else:
             assert quantized == []  # the consumer quantizes for itself, as in SGLang
-    only_ours(fired(), "combine._combine", 6)
+    only_ours(fired(), "hc_combine_norm._combine", 6)
 
 
 def test_combine_first_sublayer_is_sglangs(plugin, fired):
@@ -203,7 +203,7 @@ def test_combine_first_sublayer_is_sglangs(plugin, fired):
     x = torch.randn(3, 4, 64).bfloat16()
     y = mhc.combine(hc, mhc.HcState(x, None))
     assert torch.equal(y, hc.norm(x[:, 0, :]))
-    counts = fired()["combine._combine"]
+    counts = fired()["hc_combine_norm._combine"]
     assert counts["ours"] == 0 and list(counts["sglang"]) == [
         "no materialised residual or no pre (first sublayer)"
     ]
@@ -222,18 +222,18 @@ def test_mix_stats_are_ours_and_equal_sglang(plugin, fired, sglang_torch_sinkhor
         assert o.shape == t.shape and o.dtype == t.dtype == torch.float32, name
         # fp32 statistics by two reduction orders, through 20 Sinkhorn iterations
         torch.testing.assert_close(o, t, rtol=2e-5, atol=2e-6, msg=name)
-    only_ours(fired(), "mhc._mix_stats_impl", 1)
+    only_ours(fired(), "hc_mix_stats._mix_stats_impl", 1)
 
 
 # ---------------------------------------------------------------------------------------------
-# 5. derived weights at load, and the weight updater's refusal
+# hc_mix_stats: derived weights at load, and the weight updater's refusal
 
 
 def test_derived_weights_built_at_load_and_used(plugin, fired, sglang_torch_sinkhorn):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
-    from dsv41_kernels.sglang_plugin import mhc as hook
+    from dsv41_kernels.sglang_plugin import hc_mix_stats as hook
 
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(1), "cpu", hidden=64)
     holders = layer._hc_derived_weights  # built by our AFTER hook on SGLang's post-load step
@@ -245,7 +245,7 @@ def test_derived_weights_built_at_load_and_used(plugin, fired, sglang_torch_sink
     theirs = mhc._mix_stats_impl.__wrapped__(layer.attn_hc, x)
     for o, t in zip(ours, theirs, strict=True):
         torch.testing.assert_close(o, t, rtol=2e-5, atol=2e-6)
-    only_ours(fired(), "mhc._mix_stats_impl", 1)
+    only_ours(fired(), "hc_mix_stats._mix_stats_impl", 1)
     layer.refresh_mhc_norm_weight_cache()  # a rebuild releases the previous splits
     assert not any(h.active for h in holders)
     assert all(h.active for h in layer._hc_derived_weights)
@@ -272,7 +272,7 @@ def test_weight_updater_refuses_while_derived_weights_are_active(plugin):
         named_tensors=[("0.hc_attn_fn", torch.zeros_like(before))]
     )
     assert not ok
-    assert "refused" in message and "DSV41_KERNELS_DISABLE=mhc" in message
+    assert "refused" in message and "DSV41_KERNELS_DISABLE=hc_mix_stats" in message
     assert torch.equal(layer.hc_attn_fn, before)
     for holder in layer._hc_derived_weights:  # released: SGLang no longer refuses for us
         holder.release()
@@ -280,13 +280,13 @@ def test_weight_updater_refuses_while_derived_weights_are_active(plugin):
 
 
 # ---------------------------------------------------------------------------------------------
-# 4. scheduler metadata: CPU tensors leave the metadata to SGLang, untouched
+# decoding_sched_meta: CPU tensors leave the metadata to SGLang, untouched
 
 
 def test_sched_meta_cpu_is_sglangs(plugin, fired):
     from sglang.srt.layers.attention import deepseek_v4_backend as backend
 
-    from dsv41_kernels.sglang_plugin import sched
+    from dsv41_kernels.sglang_plugin import decoding_sched_meta as hooks
 
     metadata = types.SimpleNamespace(tile_scheduler_metadata=None, num_splits=None)
     q = torch.zeros(6, 1, 64, 512)
@@ -299,24 +299,25 @@ def test_sched_meta_cpu_is_sglangs(plugin, fired):
         extra_topk_length=None,
     )
     assert metadata.tile_scheduler_metadata is None
-    assert not sched.sched_admission(q, None, None)
-    assert fired()["sched._maybe_precompute_flashmla_sched_meta"] == {
+    assert not hooks.sched_meta_admission(q, None, None)
+    assert fired()["decoding_sched_meta._maybe_precompute_flashmla_sched_meta"] == {
         "ours": 0,
         "sglang": {"not a CUDA device": 1},
     }
 
 
 # ---------------------------------------------------------------------------------------------
-# 6. the attention output on the way to the FP8 wo_a: SGLang's own kernels are CUDA JIT, so on
-# CPU ours (under the interpreter) is held to the reference statement of them; the GPU tier
-# compares with SGLang's kernels themselves (test_gpu_wo_a.py).
+# inverse_rope_quant_fp8: the attention output on the way to the FP8 wo_a. SGLang's own kernels
+# are CUDA JIT, so on CPU ours (under the interpreter) is held to the reference statement of
+# them; the GPU tier compares with SGLang's kernels themselves
+# (test_gpu_inverse_rope_quant_fp8.py).
 
 ROPE_HOOK, QUANT_HOOK = callers.ROPE_HOOK, callers.QUANT_HOOK
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_attention_output_is_ours_and_equals_sglangs_chain(plugin, fired, tp):
-    from dsv41_kernels.reference.inverse_rope_quant import inverse_rope_quant_fp8 as reference
+    from dsv41_kernels.reference.inverse_rope_quant_fp8 import inverse_rope_quant_fp8 as reference
 
     layer = callers.v41_attention_layer(tp, "cpu")
     o, positions = callers.attention_output(layer, 2, seed=tp)
@@ -336,21 +337,21 @@ def test_attention_output_is_ours_and_equals_sglangs_chain(plugin, fired, tp):
 def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
     """The registry rewrites every binding of both functions: the query's RoPE, calls outside an
     ``MQALayer`` forward and every other quantizer call go to SGLang's function, uncounted."""
-    from dsv41_kernels.sglang_plugin import wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
     o, positions = callers.attention_output(layer, 2, seed=1)
     q = o[..., -64:]
     seen = []
     sglangs = lambda *args, **kwargs: seen.append(kwargs.get("inverse", False))
-    wo_a.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions, inverse=True)
-    wo_a.forward_hook(
-        lambda layer: wo_a.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions),
+    hooks.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions, inverse=True)
+    hooks.forward_hook(
+        lambda layer: hooks.rope_hook(sglangs, q, None, layer.freqs_cis, positions=positions),
         layer,
     )
     quantizer_calls = []
     quantizer = lambda *args, **kwargs: quantizer_calls.append(args) or "sglang's"
-    assert wo_a.quant_hook(quantizer, torch.zeros(4, 256, dtype=torch.bfloat16), 128) == "sglang's"
+    assert hooks.quant_hook(quantizer, torch.zeros(4, 256, dtype=torch.bfloat16), 128) == "sglang's"
     assert seen == [True, False] and len(quantizer_calls) == 1
     assert fired() == {}
 
@@ -367,18 +368,18 @@ def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
 def test_quantizer_call_that_differs_gets_sglangs_function(plugin, fired, kwargs, reason):
     """Ours kept for the attention output only serves the quantizer call the output path makes;
     any other call runs SGLang's function (on ``x``, which holds the rotated values by then)."""
-    from dsv41_kernels.sglang_plugin import wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
     o, positions = callers.attention_output(layer, 1, seed=2)
     x = o.reshape(1, -1).view(2, 4096)  # the output path's [T * G, D] (a copy: o is a slice)
 
     def output_path(layer):
-        wo_a.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
+        hooks.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
                        inverse=True)  # fmt: skip
-        return wo_a.quant_hook(lambda *args, **kw: "sglang's", x, **kwargs)
+        return hooks.quant_hook(lambda *args, **kw: "sglang's", x, **kwargs)
 
-    assert wo_a.forward_hook(output_path, layer) == "sglang's"
+    assert hooks.forward_hook(output_path, layer) == "sglang's"
     counts = fired()
     only_ours(counts, ROPE_HOOK, 1)
     (why,) = counts[QUANT_HOOK]["sglang"]
@@ -390,43 +391,46 @@ def test_attention_output_declines(plugin, monkeypatch):
     next, and they are CUDA kernels)."""
     from sglang.srt.models import deepseek_v4
 
-    from dsv41_kernels.sglang_plugin import measured, wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
+    from dsv41_kernels.sglang_plugin import measured
 
     layer = callers.v41_attention_layer(2, "cpu")
     o, positions = callers.attention_output(layer, 3, seed=3)
     q = o[..., -64:]
-    verdict, rebuilt = wo_a.rope_admission(layer, q, layer.freqs_cis, positions)
+    verdict, rebuilt = hooks.rope_admission(layer, q, layer.freqs_cis, positions)
     assert verdict and rebuilt.data_ptr() == o.data_ptr() and rebuilt.stride() == o.stride()
     bf16 = callers.v41_attention_layer(2, "cpu", wo_a_fp8=False)
-    assert "bf16 wo_a" in wo_a.rope_admission(bf16, q, bf16.freqs_cis, positions)[0].reason
+    assert "bf16 wo_a" in hooks.rope_admission(bf16, q, bf16.freqs_cis, positions)[0].reason
     not_a_tail = q.contiguous()
     assert (
-        "rope tail" in wo_a.rope_admission(layer, not_a_tail, layer.freqs_cis, positions)[0].reason
+        "rope tail" in hooks.rope_admission(layer, not_a_tail, layer.freqs_cis, positions)[0].reason
     )
     monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", True)
-    assert "UE8M0" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+    assert "UE8M0" in hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
     monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", False)
-    slower = measured.SlowerThanSGLang("wo_a", None, range(0, 1 << 31), "x us against y us")
+    slower = measured.SlowerThanSGLang(
+        "inverse_rope_quant_fp8", None, range(0, 1 << 31), "x us against y us"
+    )
     monkeypatch.setattr(measured, "SLOWER", (slower,))
-    assert "measured slower" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "wo_a")
-    assert wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0]
+    assert "measured slower" in hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "inverse_rope_quant_fp8")
+    assert hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0]
     monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)  # no interpreter, CPU
-    assert "Triton device" in wo_a.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
+    assert "Triton device" in hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
 
 
 def test_forward_hook_scopes_the_layer_and_drops_what_it_kept(plugin):
-    from dsv41_kernels.sglang_plugin import wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
     o, positions = callers.attention_output(layer, 1, seed=4)
 
     def rope_only(layer):
-        assert wo_a._site.layer is layer
-        wo_a.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
+        assert hooks._site.layer is layer
+        hooks.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
                        inverse=True)  # fmt: skip
-        return wo_a._site.quantized
+        return hooks._site.quantized
 
-    kept = wo_a.forward_hook(rope_only, layer)
-    assert isinstance(kept, wo_a.Quantized) and kept.codes.shape == (2, 4096)
-    assert wo_a._site.layer is None and wo_a._site.quantized is None
+    kept = hooks.forward_hook(rope_only, layer)
+    assert isinstance(kept, hooks.Quantized) and kept.codes.shape == (2, 4096)
+    assert hooks._site.layer is None and hooks._site.quantized is None

@@ -4,7 +4,7 @@ The callers (``test/sglang/callers.py``) are SGLang's: DSpark's verify epilogue,
 ``combine`` / ``mix_stats`` of a DeepSeek-V4.1 decoder layer after SGLang's post-load step,
 the model's ``vision_topk`` binding with a real ``MoEGate``. SGLang's own result comes from the
 same caller with our hooks taken out. Each test asserts through the plugin's fire counts which
-function ran. The scheduler hook, inside FlashMLA itself, is ``test_gpu_flashmla.py``.
+function ran. The scheduler hook, inside FlashMLA itself, is ``test_gpu_decoding_sched_meta.py``.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from test.sglang import callers
 pytestmark = pytest.mark.gpu
 
 VOCAB = 129280
-ACCEPT_HOOK = "accept.accept_greedy_triton"
+ACCEPT_HOOK = "accept_greedy.accept_greedy_triton"
 
 
 # ---------------------------------------------------------------------------------------------
-# 1. greedy accept: DsparkVerifyEpilogue -> AcceptGreedy.execute -> accept_greedy_triton
+# accept_greedy: DsparkVerifyEpilogue -> AcceptGreedy.execute -> accept_greedy_triton
 
 
 def accept_case(bs, seed, *, nan):
@@ -88,7 +88,7 @@ def test_verify_epilogue_in_cuda_graph(plugin, fired, bs):
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. combine + norm, 5. mixing statistics, of a V4.1 decoder layer
+# hc_combine_norm and hc_mix_stats of a V4.1 decoder layer
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,8 @@ def v41_layer(plugin):
 
 
 ROWS = [1, 6, 32, 128, 4096]
-# 1024: on since session 8 (declined before); 16384: the fused kernel (session 9)
+# Every branch of SGLang's SM90 dispatch and of ours: 1, 2-31 and 32+ rows on SGLang's side;
+# small-row below 128, compensated from 128 (16384: its fused kernel) on ours.
 MIX_STATS_ROWS = [1, 6, 32, 128, 1024, 4096, 16384]
 
 
@@ -112,7 +113,7 @@ def test_combine_of_a_v41_layer(v41_layer, fired, rows):
     x = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().cuda()
     pre = (torch.rand(rows, 4, generator=gen) + 0.1).cuda()
     ours = mhc.combine(hc, mhc.HcState(x, pre))  # Hopper: no quantized consumer
-    counts = fired()["combine._combine"]
+    counts = fired()["hc_combine_norm._combine"]
     branch = callers.sm90_combine_branch(rows)
     if counts["ours"] == 0:  # declined where measured slower: SGLang's own branch ran
         (reason,) = counts["sglang"]
@@ -133,7 +134,7 @@ def test_combine_of_a_v41_layer(v41_layer, fired, rows):
 def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
-    from dsv41_kernels.reference.mhc import hc_mix_stats as reference
+    from dsv41_kernels.reference.hc_mix_stats import hc_mix_stats as reference
 
     hc = v41_layer.attn_hc
     if torch.cuda.get_device_capability()[0] == 9:
@@ -141,7 +142,7 @@ def test_mix_stats_of_a_v41_layer(v41_layer, fired, rows):
     x = torch.randn(rows, 4, callers.HIDDEN, generator=torch.Generator().manual_seed(rows))
     x = x.bfloat16().cuda()
     ours = mhc.mix_stats(hc, x)
-    assert fired()["mhc._mix_stats_impl"] == {"ours": 1, "sglang": {}}
+    assert fired()["hc_mix_stats._mix_stats_impl"] == {"ours": 1, "sglang": {}}
     ref = reference(x, hc.fn, hc.scale, hc.base, iters=20, eps=1e-6, rms_eps=1e-6)
     error = stats_relative_error(ours, ref)
     assert error <= 1e-6, error  # the compensated statistics' bound against float64
@@ -167,11 +168,11 @@ def test_fused_accept_tail_row_argmax(plugin, fired, bs):
     for nan in (False, True):
         logits = callers.verify_logits(gen, bs, VOCAB, nan=nan).cuda()
         assert torch.equal(dspark_verify._row_argmax(logits, fused=True), logits.argmax(-1))
-    assert fired()["accept._row_argmax"] == {"ours": 2, "sglang": {}}
+    assert fired()["accept_greedy._row_argmax"] == {"ours": 2, "sglang": {}}
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. vision routing: the model's vision_topk binding, a real MoEGate
+# moe_fused_gate: vision routing through the model's vision_topk binding, a real MoEGate
 
 
 def route_inputs(tokens, seed):
@@ -201,7 +202,7 @@ def assert_same_experts_but_near_ties(moe, tokens, ours, theirs):
     experts' exact biased scores lie within :data:`NEAR_TIE_ULP`: there its fast-math scores
     may order them the other way (on the H200 from 2560 tokens of random logits)."""
     from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
-    from dsv41_kernels.reference.moe_router import sqrt_softplus
+    from dsv41_kernels.reference.moe_fused_gate import sqrt_softplus
 
     logits, input_ids = route_inputs(tokens, tokens)
     gate = moe.gate
@@ -216,7 +217,7 @@ def assert_same_experts_but_near_ties(moe, tokens, ours, theirs):
 
 
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
-def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
+def test_vision_topk_fires_where_it_measured_faster(plugin, fired, runner):
     """Unforced, the hook takes every token count on SM90 (measured faster there: the CUDA
     kernel's three layouts to 65536 tokens) and declines every size elsewhere. Where it fires,
     the ids equal SGLang's and the torch reference's, the weights are within the op's stated
@@ -224,7 +225,7 @@ def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
     packed ids are the op's own packing of its ids and weights."""
     from dsv41_kernels.cases.moe_fused_gate import WEIGHT_ULP_BOUND, fp32_ulp_distance
     from dsv41_kernels.devices import sm_major
-    from dsv41_kernels.reference.moe_router import pack_topk
+    from dsv41_kernels.reference.moe_fused_gate import pack_topk
 
     on_sm90 = sm_major(torch.cuda.current_device()) == 9
     moe = callers.vision_moe(torch.Generator().manual_seed(3), "cuda", runner=runner)
@@ -243,17 +244,17 @@ def test_vision_router_fires_where_it_measured_faster(plugin, fired, runner):
         ours_ulp = int(fp32_ulp_distance(ours.topk_weights, ref_weights).max())
         theirs_ulp = int(fp32_ulp_distance(theirs.topk_weights, ref_weights).max())
         assert ours_ulp <= min(WEIGHT_ULP_BOUND, theirs_ulp), (tokens, ours_ulp, theirs_ulp)
-    counts = fired()["router.vision_topk"]
+    counts = fired()["moe_fused_gate.vision_topk"]
     assert counts["ours"] == sum(fires.values()), counts
     assert sum(counts["sglang"].values()) == len(fires) - sum(fires.values()), counts
     assert all(reason.startswith("measured slower") for reason in counts["sglang"])
 
 
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
-def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner):
+def test_vision_topk_forced_equals_sglang(plugin, fired, monkeypatch, runner):
     from dsv41_kernels.cases.moe_fused_gate import fp32_ulp_distance
 
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "router")
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "moe_fused_gate")
     moe = callers.vision_moe(torch.Generator().manual_seed(2), "cuda", runner=runner)
     for tokens in (1, 6, 64):
         ours, theirs = route(moe, tokens, 10 + tokens)
@@ -261,4 +262,4 @@ def test_vision_router_forced_equals_sglang(plugin, fired, monkeypatch, runner):
         assert int(fp32_ulp_distance(ours.topk_weights, theirs.topk_weights).max()) <= 2
         if runner is not None:
             assert torch.equal(ours.packed_topk_ids, theirs.packed_topk_ids)
-    assert fired()["router.vision_topk"] == {"ours": 3, "sglang": {}}
+    assert fired()["moe_fused_gate.vision_topk"] == {"ours": 3, "sglang": {}}

@@ -10,26 +10,26 @@ import sys
 import pytest
 
 SITE_TARGETS = {
-    "accept": (
+    "accept_greedy": (
         "sglang.kernels.ops.speculative.dspark.dspark_accept._row_argmax",
         "sglang.kernels.ops.speculative.dspark.dspark_accept.accept_greedy",
         "sglang.kernels.ops.speculative.dspark.dspark_accept.accept_greedy_triton",
     ),
-    "router": ("sglang.srt.multimodal.dsv41.vl_routing.vision_topk",),
-    "combine": ("sglang.srt.models.deepseek_v4_mhc._combine",),
-    "sched": (
+    "moe_fused_gate": ("sglang.srt.multimodal.dsv41.vl_routing.vision_topk",),
+    "hc_combine_norm": ("sglang.srt.models.deepseek_v4_mhc._combine",),
+    "decoding_sched_meta": (
         "sglang.srt.layers.attention.deepseek_v4_backend._maybe_precompute_flashmla_sched_meta",
     ),
-    "mhc": (
+    "hc_mix_stats": (
         "sglang.srt.models.deepseek_v4_mhc._mix_stats_impl",
         "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase.refresh_mhc_norm_weight_cache",
     ),
-    "wo_a": (
+    "inverse_rope_quant_fp8": (
         "sglang.srt.models.deepseek_v4.MQALayer.forward",
         "sglang.srt.models.deepseek_v4.fused_rope_inplace",
         "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",
     ),
-    "verify_gather": (
+    "sharded_accept_greedy": (
         "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2.__init__",
         "sglang.srt.layers.logits_processor.LogitsProcessor._get_logits",
         "sglang.srt.distributed.device_communicators.triton_symm_mem_ag.MultimemAllGatherer."
@@ -111,11 +111,16 @@ def test_call_sites_bind_our_hooks(plugin):
     "value, off",
     [
         ("", set()),
-        ("accept", {"accept"}),
-        ("router, sched", {"router", "sched"}),
-        ("COMBINE,mhc", {"combine", "mhc"}),
-        ("wo_a", {"wo_a"}),
+        ("accept_greedy", {"accept_greedy"}),
+        ("moe_fused_gate, decoding_sched_meta", {"moe_fused_gate", "decoding_sched_meta"}),
+        ("HC_COMBINE_NORM,hc_mix_stats", {"hc_combine_norm", "hc_mix_stats"}),
+        ("inverse_rope_quant_fp8", {"inverse_rope_quant_fp8"}),
+        ("sharded_accept_greedy", {"sharded_accept_greedy"}),
         ("all", set(SITE_TARGETS)),
+        # the names the switches had before: aliases of the op names
+        ("accept,router", {"accept_greedy", "moe_fused_gate"}),
+        ("combine, SCHED,mhc", {"hc_combine_norm", "decoding_sched_meta", "hc_mix_stats"}),
+        ("wo_a,verify_gather", {"inverse_rope_quant_fp8", "sharded_accept_greedy"}),
     ],
 )
 def test_switches(plugin, value, off):
@@ -133,46 +138,70 @@ def test_switches(plugin, value, off):
 
 def test_startup_report_one_line(plugin, caplog):
     with fresh_registry(), caplog.at_level(logging.INFO, logger=plugin.__name__):
-        plugin.install({"DSV41_KERNELS_DISABLE": "sched,bogus"})
+        plugin.install({"DSV41_KERNELS_DISABLE": "decoding_sched_meta,bogus"})
     lines = [r.getMessage() for r in caplog.records if r.name == plugin.__name__]
     assert len(lines) == 1
     line = lines[0]
     assert "dsv41-kernels" in line and "sglang 0.5.23" in line
-    assert "on: accept, router, combine, mhc, wo_a, verify_gather;" in line
-    assert "off: sched (DSV41_KERNELS_DISABLE)" in line
+    on = "accept_greedy, moe_fused_gate, hc_combine_norm, hc_mix_stats, inverse_rope_quant_fp8"
+    assert f"on: {on}, sharded_accept_greedy;" in line
+    assert "off: decoding_sched_meta (DSV41_KERNELS_DISABLE)" in line
     assert "ignored unknown DSV41_KERNELS_DISABLE names: bogus" in line
 
 
 def test_missing_target_is_reported_and_left_alone(plugin, monkeypatch, caplog):
     """A target absent from the installed SGLang turns its call site off, logs why, and
     registers nothing for it; the other call sites are unaffected and nothing raises."""
-    from dsv41_kernels.sglang_plugin import router
+    from dsv41_kernels.sglang_plugin import moe_fused_gate as hooks
 
     missing = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk_renamed_later"
-    monkeypatch.setattr(router, "HOOKS", ((missing, router.vision_topk_hook, None),))
+    monkeypatch.setattr(hooks, "HOOKS", ((missing, hooks.vision_topk_hook, None),))
     with fresh_registry() as registered, caplog.at_level(logging.INFO, logger=plugin.__name__):
         status = plugin.install({})
         registered_targets = set(registered)
-    assert status["router"].startswith("off (missing in this SGLang: ")
-    assert missing in status["router"] and "AttributeError" in status["router"]
+    assert status["moe_fused_gate"].startswith("off (missing in this SGLang: ")
+    assert missing in status["moe_fused_gate"] and "AttributeError" in status["moe_fused_gate"]
     assert not any("vl_routing" in t for t in registered_targets)
-    assert all(status[s] == "on" for s in SITE_TARGETS if s != "router")
+    assert all(status[s] == "on" for s in SITE_TARGETS if s != "moe_fused_gate")
     assert missing in caplog.text
 
 
 def test_site_that_cannot_import_is_off(plugin, monkeypatch):
-    sites = (plugin.Site("accept", "dsv41_kernels.sglang_plugin.no_such_module", "x"),)
+    sites = (plugin.Site("accept_greedy", "dsv41_kernels.sglang_plugin.no_such_module", "x"),)
     monkeypatch.setattr(plugin, "SITES", sites)
     with fresh_registry() as registered:
         status = plugin.install({})
         assert not registered
-    assert status["accept"].startswith("off (cannot import its SGLang names: ")
+    assert status["accept_greedy"].startswith("off (cannot import its SGLang names: ")
 
 
 def test_disable_parsing(plugin):
     assert plugin.disabled_switches("") == (frozenset(), ())
     assert plugin.disabled_switches(" all ,x") == (frozenset(plugin.SWITCHES), ("x",))
-    assert plugin.disabled_switches("mhc,,accept") == (frozenset({"mhc", "accept"}), ())
+    both = frozenset({"hc_mix_stats", "accept_greedy"})
+    assert plugin.disabled_switches("hc_mix_stats,,accept_greedy") == (both, ())
+    assert plugin.disabled_switches("mhc,,accept") == (both, ())  # the deprecated names
+
+
+def test_deprecated_switch_names_warn_once(plugin, monkeypatch, caplog):
+    """An old switch name is taken as its op's name, with one WARNING line per name and
+    process, in DSV41_KERNELS_DISABLE and DSV41_KERNELS_FORCE alike."""
+    from dsv41_kernels.sglang_plugin import switches
+
+    monkeypatch.setattr(switches, "_deprecated_seen", set())
+    switches.switch_names.cache_clear()
+    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+        assert switches.forced("inverse_rope_quant_fp8", {"DSV41_KERNELS_FORCE": "wo_a"})
+        assert switches.forced("inverse_rope_quant_fp8", {"DSV41_KERNELS_FORCE": "x, wo_a"})
+        assert plugin.disabled_switches("wo_a,router") == (
+            frozenset({"inverse_rope_quant_fp8", "moe_fused_gate"}),
+            (),
+        )
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(lines) == 2, lines
+    assert "'wo_a'" in lines[0] and "deprecated, use 'inverse_rope_quant_fp8'" in lines[0]
+    assert "'router'" in lines[1] and "'moe_fused_gate'" in lines[1]
+    switches.switch_names.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +247,8 @@ def test_startup_report_reaches_a_process_without_logging(plugin):
     stderr = run_server_start(plugin)
     lines = [line for line in stderr.splitlines() if line.startswith("dsv41-kernels 0.1.0 on")]
     assert len(lines) == 1, stderr[-2000:]
-    assert "on: accept, router, combine, sched, mhc, wo_a, verify_gather; off: -" in lines[0]
+    on = ", ".join(SITE_TARGETS)
+    assert f"on: {on}; off: -" in lines[0]
     assert "fire counts" not in stderr  # only with DSV41_KERNELS_REPORT=1
 
 
@@ -229,9 +259,10 @@ def test_exit_report_prints_fire_counts(plugin):
     prefix = "dsv41-kernels fire counts:"
     (line,) = [line for line in stderr.splitlines() if line.startswith(prefix)]
     counts = json.loads(line.split(":", 1)[1])
-    assert counts["accept._row_argmax"]["ours"] == 1
-    (reason,) = counts["accept._row_argmax"]["sglang"]  # 100 columns: below the kernel's minimum
-    assert counts["accept._row_argmax"]["sglang"][reason] == 1
+    hook = counts["accept_greedy._row_argmax"]
+    assert hook["ours"] == 1
+    (reason,) = hook["sglang"]  # 100 columns: below the kernel's minimum
+    assert hook["sglang"][reason] == 1
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,20 +273,21 @@ def test_failing_op_falls_back_once_and_stays_off(plugin, fired, monkeypatch, ca
     import torch
     from sglang.kernels.ops.speculative.dspark import dspark_accept
 
-    from dsv41_kernels.sglang_plugin import accept, failed_hooks
+    from dsv41_kernels.sglang_plugin import accept_greedy as hooks
+    from dsv41_kernels.sglang_plugin import failed_hooks
 
     def broken(logits, **_):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(accept, "row_argmax", broken)
+    monkeypatch.setattr(hooks, "row_argmax", broken)
     logits = torch.randn(3, 4099)
     with caplog.at_level(logging.WARNING, logger=plugin.__name__):
         for _ in range(3):
             assert torch.equal(dspark_accept._row_argmax(logits), torch.argmax(logits, -1))
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 1 and "accept._row_argmax" in warnings[0].getMessage()
-    assert failed_hooks() == {"accept._row_argmax": "RuntimeError: injected"}
-    assert fired()["accept._row_argmax"] == {
+    assert len(warnings) == 1 and "accept_greedy._row_argmax" in warnings[0].getMessage()
+    assert failed_hooks() == {"accept_greedy._row_argmax": "RuntimeError: injected"}
+    assert fired()["accept_greedy._row_argmax"] == {
         "ours": 0,
         "sglang": {
             "error: RuntimeError: injected": 1,
@@ -267,21 +299,20 @@ def test_failing_op_falls_back_once_and_stays_off(plugin, fired, monkeypatch, ca
 def test_replicated_hooks_raise_on_a_multi_rank_run(
     plugin, fired, monkeypatch, sglang_torch_sinkhorn
 ):
-    """combine and mhc feed the residual streams every rank holds a copy of: on one of several
-    ranks an error of ours is raised, not answered with SGLang's (other) bits; alone, the
-    process falls back as every hook does."""
+    """hc_combine_norm and hc_mix_stats feed the residual streams every rank holds a copy of: on
+    one of several ranks an error of ours is raised, not answered with SGLang's (other) bits;
+    alone, the process falls back as every hook does."""
     import torch
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
-    from dsv41_kernels.sglang_plugin import combine, dispatch
-    from dsv41_kernels.sglang_plugin import mhc as mhc_hook
+    from dsv41_kernels.sglang_plugin import dispatch, hc_combine_norm, hc_mix_stats
     from test.sglang import callers
 
     def broken(*_, **__):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(combine, "hc_combine_norm", broken)
-    monkeypatch.setattr(mhc_hook, "hc_mix_stats", broken)
+    monkeypatch.setattr(hc_combine_norm, "hc_combine_norm", broken)
+    monkeypatch.setattr(hc_mix_stats, "hc_mix_stats", broken)
     hc = callers.v41_decoder_layer(torch.Generator().manual_seed(3), "cpu", hidden=64).attn_hc
     x = torch.randn(3, 4, 64).bfloat16()
     pre = torch.rand(3, 4) + 0.1
@@ -294,7 +325,7 @@ def test_replicated_hooks_raise_on_a_multi_rank_run(
     for call in calls:
         call()  # SGLang's function
     counts = fired()
-    for hook in ("combine._combine", "mhc._mix_stats_impl"):
+    for hook in ("hc_combine_norm._combine", "hc_mix_stats._mix_stats_impl"):
         assert counts[hook]["ours"] == 0
         assert counts[hook]["sglang"] == {
             "raised on 1 of 4 ranks: RuntimeError: injected": 1,

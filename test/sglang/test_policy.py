@@ -22,7 +22,7 @@ PACKED_ADMISSION = [
 
 @pytest.mark.parametrize("shared,remapped,a2a,simulating,runner,emits,why", PACKED_ADMISSION)
 def test_emits_packed_ids_table(plugin, shared, remapped, a2a, simulating, runner, emits, why):
-    from dsv41_kernels.sglang_plugin.router import emits_packed_ids
+    from dsv41_kernels.sglang_plugin.moe_fused_gate import emits_packed_ids
 
     verdict = emits_packed_ids(
         num_fused_shared_experts=shared,
@@ -36,7 +36,7 @@ def test_emits_packed_ids_table(plugin, shared, remapped, a2a, simulating, runne
 
 def holders_on(layer, *names):
     from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
-    from dsv41_kernels.sglang_plugin import mhc as hook
+    from dsv41_kernels.sglang_plugin import hc_mix_stats as hook
 
     layer._hc_derived_weights = [
         HcDerivedWeights(
@@ -69,35 +69,35 @@ def test_refusal_with_two_holders_on_one_layer(plugin):
 # (switch, sm_major, rows or (rows, columns), declines): where a hook measured slower than
 # SGLang's own function
 MEASURED = [
-    ("router", None, 6, True),  # an architecture never measured
-    ("router", 10, 1024, True),
-    ("router", 9, 1, False),  # measured faster on the H200 at every token count
-    ("router", 9, 6, False),
-    ("router", 9, 1024, False),
-    ("router", 9, 2048, False),
-    ("router", 9, 2049, False),
-    ("router", 9, 2559, False),
-    ("router", 9, 2560, False),
-    ("router", 9, 16384, False),
-    ("accept", 9, 6, False),
-    ("accept", 9, 384, False),
-    ("mhc", 10, 1024, False),  # measured on the H200 only
-    ("mhc", 9, 128, False),
-    ("mhc", 9, 512, False),  # faster at every row count on the H200 since session 8
-    ("mhc", 9, 1024, False),
-    ("mhc", 9, 65536, False),
-    ("combine", 9, 64, False),
-    ("combine", 9, 96, False),
-    ("combine", 9, 2048, False),  # SGLang's branch there cannot run on the test machine
-    ("combine", 9, 4096, True),
-    ("sched", 9, 6, False),
-    ("wo_a", 9, (6, 64), False),  # (tokens, local heads): TP 1 up to 96 tokens
-    ("wo_a", 9, (96, 64), False),
-    ("wo_a", 9, (97, 64), True),
-    ("wo_a", 9, (384, 64), True),
-    ("wo_a", 9, (384, 32), False),  # TP 2 and 4: faster or even at every T measured
-    ("wo_a", 9, (384, 16), False),
-    ("wo_a", 10, (384, 64), False),  # measured on the H200 only
+    ("moe_fused_gate", None, 6, True),  # an architecture never measured
+    ("moe_fused_gate", 10, 1024, True),
+    ("moe_fused_gate", 9, 1, False),  # measured faster on the H200 at every token count
+    ("moe_fused_gate", 9, 6, False),
+    ("moe_fused_gate", 9, 1024, False),
+    ("moe_fused_gate", 9, 2048, False),
+    ("moe_fused_gate", 9, 2049, False),
+    ("moe_fused_gate", 9, 2559, False),
+    ("moe_fused_gate", 9, 2560, False),
+    ("moe_fused_gate", 9, 16384, False),
+    ("accept_greedy", 9, 6, False),
+    ("accept_greedy", 9, 384, False),
+    ("hc_mix_stats", 10, 1024, False),  # measured on the H200 only
+    ("hc_mix_stats", 9, 128, False),
+    ("hc_mix_stats", 9, 512, False),  # faster at every row count on the H200
+    ("hc_mix_stats", 9, 1024, False),
+    ("hc_mix_stats", 9, 65536, False),
+    ("hc_combine_norm", 9, 64, False),
+    ("hc_combine_norm", 9, 96, False),
+    ("hc_combine_norm", 9, 2048, False),  # SGLang's branch there cannot run on the test machine
+    ("hc_combine_norm", 9, 4096, True),
+    ("decoding_sched_meta", 9, 6, False),
+    ("inverse_rope_quant_fp8", 9, (6, 64), False),  # (tokens, local heads): TP 1 up to 96 tokens
+    ("inverse_rope_quant_fp8", 9, (96, 64), False),
+    ("inverse_rope_quant_fp8", 9, (97, 64), True),
+    ("inverse_rope_quant_fp8", 9, (384, 64), True),
+    ("inverse_rope_quant_fp8", 9, (384, 32), False),  # TP 2 and 4: faster or even at every T
+    ("inverse_rope_quant_fp8", 9, (384, 16), False),
+    ("inverse_rope_quant_fp8", 10, (384, 64), False),  # measured on the H200 only
 ]
 
 

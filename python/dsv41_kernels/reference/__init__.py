@@ -5,33 +5,40 @@ The tests and ``dsv41-kernels check`` hold every kernel to these.
 
 from __future__ import annotations
 
-import importlib
+# Eager imports: a module named after its function (``reference/accept_greedy.py`` holds
+# ``accept_greedy``) would otherwise shadow the function once the module is imported.
+from dsv41_kernels.reference.accept_greedy import accept_greedy
+from dsv41_kernels.reference.decoding_sched_meta import decoding_sched_meta
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm
+from dsv41_kernels.reference.hc_mix_stats import (
+    hc_gates,
+    hc_mix,
+    hc_mix_stats,
+    hc_post,
+    hc_pre,
+    hc_sinkhorn,
+    split_tf32,
+)
+from dsv41_kernels.reference.inverse_rope_quant_fp8 import inverse_rope_quant_fp8
+from dsv41_kernels.reference.moe_fused_gate import pack_topk, vision_topk
+from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize
+from dsv41_kernels.reference.sharded_row_argmax import sharded_accept_greedy, sharded_row_argmax
 
-_EXPORTS = {
-    "accept_greedy": "dsv41_kernels.reference.accept",
-    "decoding_sched_meta": "dsv41_kernels.reference.flashmla_sched",
-    "mxfp8_quantize": "dsv41_kernels.reference.mxfp8",
-    "hc_combine_norm": "dsv41_kernels.reference.mhc",
-    "hc_pre": "dsv41_kernels.reference.mhc",
-    "hc_post": "dsv41_kernels.reference.mhc",
-    "hc_mix_stats": "dsv41_kernels.reference.mhc",
-    "hc_mix": "dsv41_kernels.reference.mhc",
-    "hc_gates": "dsv41_kernels.reference.mhc",
-    "hc_sinkhorn": "dsv41_kernels.reference.mhc",
-    "pack_topk": "dsv41_kernels.reference.moe_router",
-    "split_tf32": "dsv41_kernels.reference.mhc",
-    "sharded_accept_greedy": "dsv41_kernels.reference.sharded_argmax",
-    "sharded_row_argmax": "dsv41_kernels.reference.sharded_argmax",
-    "vision_topk": "dsv41_kernels.reference.moe_router",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dsv41_kernels.reference' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__all__ = [
+    "accept_greedy",
+    "decoding_sched_meta",
+    "hc_combine_norm",
+    "hc_gates",
+    "hc_mix",
+    "hc_mix_stats",
+    "hc_post",
+    "hc_pre",
+    "hc_sinkhorn",
+    "inverse_rope_quant_fp8",
+    "mxfp8_quantize",
+    "pack_topk",
+    "sharded_accept_greedy",
+    "sharded_row_argmax",
+    "split_tf32",
+    "vision_topk",
+]

@@ -1,26 +1,27 @@
-"""SGLang plugin: puts dsv41-kernels on the six DeepSeek-V4.1 / DSpark call sites of SGLang.
+"""SGLang plugin: puts dsv41-kernels on the seven DeepSeek-V4.1 / DSpark call sites of SGLang.
 
 SGLang (0.5.12.post1 and later) calls every function registered under the entry-point group
 ``sglang.srt.plugins`` in each of its processes, then applies the hooks they registered with
-its ``HookRegistry``. :func:`register` is that function: it registers one AROUND hook per call
-site, each taking our op when the op's admission accepts the arguments and otherwise calling
-SGLang's original function unchanged. This package is the only code in dsv41-kernels that
-imports SGLang.
+its ``HookRegistry``. :func:`register` is that function: it registers the AROUND (and AFTER)
+hooks of each call site, each taking our op when the op's admission accepts the arguments and
+otherwise calling SGLang's original function unchanged. This package is the only code in
+dsv41-kernels that imports SGLang.
 
-Call sites (switch name, module): ``accept`` (greedy accept, :mod:`.accept`), ``router``
-(vision routing, :mod:`.router`), ``combine`` (mHC combine+norm with the MXFP8 epilogue,
-:mod:`.combine`), ``sched`` (FlashMLA scheduler metadata, :mod:`.sched`), ``mhc`` (mHC mixing
-statistics and their derived weights, :mod:`.mhc`), ``wo_a`` (the attention output's inverse
-RoPE and FP8 quantization before the FP8 ``wo_a`` on Hopper, :mod:`.wo_a`), ``verify_gather``
-(DSpark's verify logits at TP > 1 left sharded for a greedy step, :mod:`.verify_gather`; off
-until run on several GPUs).
+Call sites, each switched by the name of the op it puts there (the hooks' module has the same
+name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision routing),
+``hc_combine_norm`` (mHC combine+norm with the MXFP8 epilogue), ``decoding_sched_meta``
+(FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
+weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
+before the FP8 ``wo_a`` on Hopper), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
+left sharded for a greedy step; off until run on several GPUs).
 
 ``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
-or ``all``. Each process reports one line saying what is on and what is off, and why: through
-logging when it is set up to show INFO, else straight to stderr (SGLang loads plugins before
-it configures logging, where Python's last-resort handler would drop an INFO line). A call
-site whose SGLang target is missing (another SGLang release) is reported as off and left
-untouched; nothing here raises during start-up.
+or ``all`` (the names the switches had before are still taken: :mod:`.switches`). Each
+process reports one line saying what is on and what is off, and why: through logging when it
+is set up to show INFO, else straight to stderr (SGLang loads plugins before it configures
+logging, where Python's last-resort handler would drop an INFO line). A call site whose SGLang
+target is missing (another SGLang release) is reported as off and left untouched; nothing here
+raises during start-up.
 
 :func:`fire_counts` says, per hook, how many calls took our op and how many went to SGLang's
 function and why (:mod:`.dispatch`); ``DSV41_KERNELS_REPORT=1`` prints them at exit.
@@ -37,13 +38,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsv41_kernels.sglang_plugin.dispatch import arm_exit_report, failed_hooks, fire_counts
-from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, measured_slower, switch_names
+from dsv41_kernels.sglang_plugin.measured import measured_slower
+from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, FORCE_ENV, switch_names
 
 __all__ = ["fire_counts", "failed_hooks", "register", "status"]
 
 logger = logging.getLogger(__name__)
 
-DISABLE_ENV = "DSV41_KERNELS_DISABLE"
 TESTED_SGLANG = "0.5.23"
 
 
@@ -57,16 +58,40 @@ class Site:
 
 
 SITES = (
-    Site("accept", f"{__name__}.accept", "greedy accept -> exact row_argmax / accept_greedy"),
-    Site("router", f"{__name__}.router", "vision routing -> moe_fused_gate with packed ids"),
-    Site("combine", f"{__name__}.combine", "mHC combine+norm -> hc_combine_norm(_mxfp8)"),
-    Site("sched", f"{__name__}.sched", "FlashMLA scheduler metadata -> decoding_sched_meta"),
-    Site("mhc", f"{__name__}.mhc", "mHC mixing statistics -> hc_mix_stats"),
-    Site("wo_a", f"{__name__}.wo_a", "attention output RoPE + FP8 quant -> inverse_rope_quant_fp8"),
     Site(
-        "verify_gather",
-        f"{__name__}.verify_gather",
-        "DSpark verify at TP > 1 -> one key per row gathered, not the logits",
+        "accept_greedy",
+        f"{__name__}.accept_greedy",
+        "DSpark greedy accept -> exact row_argmax / accept_greedy",
+    ),
+    Site(
+        "moe_fused_gate",
+        f"{__name__}.moe_fused_gate",
+        "vision routing -> moe_fused_gate with packed ids",
+    ),
+    Site(
+        "hc_combine_norm",
+        f"{__name__}.hc_combine_norm",
+        "mHC combine+norm -> hc_combine_norm(_mxfp8)",
+    ),
+    Site(
+        "decoding_sched_meta",
+        f"{__name__}.decoding_sched_meta",
+        "FlashMLA scheduler metadata -> decoding_sched_meta",
+    ),
+    Site(
+        "hc_mix_stats",
+        f"{__name__}.hc_mix_stats",
+        "mHC mixing statistics -> hc_mix_stats",
+    ),
+    Site(
+        "inverse_rope_quant_fp8",
+        f"{__name__}.inverse_rope_quant_fp8",
+        "attention output RoPE + FP8 quant -> inverse_rope_quant_fp8",
+    ),
+    Site(
+        "sharded_accept_greedy",
+        f"{__name__}.sharded_accept_greedy",
+        "DSpark verify at TP > 1 -> sharded_accept_greedy: a key per row gathered, not logits",
     ),
 )
 SWITCHES = tuple(site.switch for site in SITES)

@@ -1,7 +1,9 @@
-"""The verify shards of deferred logits gathers (:mod:`.verify_gather`), and the accept on them.
+"""The verify shards of deferred logits gathers (:mod:`.sharded_accept_greedy`), and the accept
+on them.
 
-Kept apart from :mod:`.verify_gather`, which imports SGLang's verify path, so that the accept
-call site (:mod:`.accept`) can recognise a shard without depending on it.
+Kept apart from :mod:`.sharded_accept_greedy`, which imports SGLang's verify path, so that the
+``accept_greedy`` call site (:mod:`.accept_greedy`) can recognise a shard without depending on
+it.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def accept_on_shard(deferred: DeferredVerify, original, kwargs, refusal: Admissi
         refusal = sharded_accept_greedy_admission(kwargs["candidates"], local, **arguments)
     admission = refusal
     return dispatch.run(
-        "verify_gather.accept",
+        "sharded_accept_greedy.accept",
         admission,
         lambda: sharded_accept_greedy(
             kwargs["candidates"], local, **arguments, admission=admission

@@ -1,5 +1,5 @@
-"""Call site 6: the attention output on the way to the FP8 ``wo_a`` (Hopper) ->
-:func:`dsv41_kernels.inverse_rope_quant_fp8`.
+"""Call site ``inverse_rope_quant_fp8``: the attention output on the way to the FP8 ``wo_a``
+(Hopper) -> :func:`dsv41_kernels.inverse_rope_quant_fp8`.
 
 On SM90 with the FP8 ``wo_a``, ``MQALayer.forward`` (``sglang/srt/models/deepseek_v4.py``)
 rotates the attention output back in place with ``fused_rope_inplace(o[..., -64:], None,
@@ -24,9 +24,10 @@ SGLang's registry rewrites every binding of the two functions, so both hooks als
 from elsewhere (the query's RoPE, every FP8 linear's activations, DSpark's draft attention):
 those go straight to SGLang's function and are not counted. The layer's ``o`` is rebuilt from
 the ``q`` SGLang passes (its rope tail, ``o[..., -rope_dim:]``: same strides, the offset of the
-nope values before it). The ``wo_a`` switch turns the three hooks off together; :mod:`.measured`
-declines the site where a GPU measured SGLang's chain faster: on the H200 at TP 1 from 97 tokens
-(``benchmark/call_sites.py --sites wo_a``); ours is faster or even at every other T and TP.
+nope values before it). The ``inverse_rope_quant_fp8`` switch turns the three hooks off
+together; :mod:`.measured` declines the site where a GPU measured SGLang's chain faster: on the
+H200 at TP 1 from 97 tokens (``benchmark/call_sites.py``); ours is faster or even at every other
+T and TP.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ GROUP_SIZE = 128
 """What ``MQALayer.forward`` passes its quantizer on SM90 (deepseek_v4.py:3012)."""
 AMAX_FLOOR = 1e-10
 """The quantizer's default ``eps``, the floor our kernel applies (fp8_kernel.py:491)."""
-ROPE_HOOK = "wo_a.fused_rope_inplace"
-QUANT_HOOK = "wo_a.sglang_per_token_group_quant_fp8"
+ROPE_HOOK = "inverse_rope_quant_fp8.fused_rope_inplace"
+QUANT_HOOK = "inverse_rope_quant_fp8.sglang_per_token_group_quant_fp8"
 _ROPE_SIGNATURE = inspect.signature(fused_rope_inplace)
 _QUANT_SIGNATURE = inspect.signature(sglang_per_token_group_quant_fp8)
 
@@ -135,7 +136,7 @@ def rope_admission(layer, q, freqs_cis, positions) -> tuple[Admission, torch.Ten
     o = attention_output(layer, q)
     if o is None:
         return refuse("q is not the rope tail of [T, H, head_dim] heads"), None
-    slower = slower_than_sglang("wo_a", o)
+    slower = slower_than_sglang("inverse_rope_quant_fp8", o)
     if slower is not None:
         return slower, None
     admission = inverse_rope_quant_fp8_admission(

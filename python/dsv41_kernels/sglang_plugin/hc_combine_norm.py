@@ -1,4 +1,5 @@
-"""Call site 3: the mHC combine+norm -> :func:`dsv41_kernels.hc_combine_norm` (``_mxfp8``).
+"""Call site ``hc_combine_norm``: the mHC combine+norm -> :func:`dsv41_kernels.hc_combine_norm`
+(and ``_mxfp8``).
 
 ``sglang.srt.models.deepseek_v4_mhc._combine(hc, state, quantized)`` collapses the four
 residual streams with ``pre``, rounds to bf16 and RMS-normalises. SGLang passes a list as
@@ -45,7 +46,7 @@ def combine_admission(hc, state, quantize: bool) -> Admission:
         return refuse("residual or norm weight not bf16")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
-    slower = slower_than_sglang("combine", x)
+    slower = slower_than_sglang("hc_combine_norm", x)
     if slower is not None:
         return slower
     return hc_combine_norm_admission(x.flatten(1), pre, norm.weight, quantize=quantize)
@@ -58,7 +59,7 @@ def combine_hook(original, hc, state, quantized):
     )
     admission = combine_admission(hc, state, quantize)
     return dispatch.run(
-        "combine._combine",
+        "hc_combine_norm._combine",
         admission,
         lambda: _combine(hc, state, quantized if quantize else None, admission),
         lambda: original(hc, state, quantized),

@@ -1,4 +1,5 @@
-"""Call site 6: DSpark's target verify at TP > 1 -> the logits all-gather skipped for a greedy step.
+"""Call site ``sharded_accept_greedy``: DSpark's target verify at TP > 1 -> the greedy accept on
+the vocab shards, the logits all-gather skipped.
 
 SGLang 0.5.23 (``sglang/srt/layers/logits_processor.py``): ``LogitsProcessor._get_logits``
 (line 953) computes this rank's ``[rows, vocab / tp]`` slice of the verify logits with the
@@ -22,7 +23,7 @@ does not use it, and V4.1 has no softcap, so here it is, in four hooks:
 - ``LogitsProcessor._get_logits`` (AROUND): at a target-verify forward of that processor,
   marks the call, and ``MultimemAllGatherer.__call__`` (AROUND) then returns the shard
   instead of gathering it: the verify graph is captured without the gather;
-- the greedy accept (call site ``accept``: :func:`accept_on_shard`) takes the shard through
+- the greedy accept (call site ``accept_greedy``: :func:`accept_on_shard`) takes the shard through
   :func:`~dsv41_kernels.ops.speculative.sharded_accept_greedy.sharded_accept_greedy`: one
   int64 key per row and rank is gathered instead of the logits;
 - ``TargetVerifyExecutor._forward_prepared_verify`` (AROUND, ``dspark_verify.py`` line 346):
@@ -31,11 +32,11 @@ does not use it, and V4.1 has no softcap, so here it is, in four hooks:
   sampling masks) gets the full logits back through SGLang's own gatherer and cast, bit for bit
   what its forward would have returned; only an all-greedy step keeps the shard.
 
-Which one ran is in the fire counts: ``verify_gather.arm`` (per worker), ``.lm_head`` and
+Which one ran is in the fire counts: ``sharded_accept_greedy.arm`` (per worker), ``.lm_head`` and
 ``.gather`` (per verify forward: the gather skipped), ``.accept`` (the sharded accept, or the
 gather and SGLang's accept when ours cannot take it), ``.finish`` (the shard kept, or gathered
 after the forward and why). The deferral is off until the several-GPU tests and benchmark
-have run (issue 19); ``DSV41_KERNELS_FORCE=verify_gather`` turns it on.
+have run (issue 19); ``DSV41_KERNELS_FORCE=sharded_accept_greedy`` turns it on.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ from dsv41_kernels.sglang_plugin.deferred_verify import (
 )
 from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, forced
 
-SWITCH = "verify_gather"
+SWITCH = "sharded_accept_greedy"
 _LOGITS = "sglang.srt.layers.logits_processor.LogitsProcessor"
 _GATHERER = "sglang.srt.distributed.device_communicators.triton_symm_mem_ag.MultimemAllGatherer"
 _WORKER = "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2"
@@ -88,8 +89,8 @@ def defer_admission(worker) -> Admission:
     only, identical on every TP rank."""
     if not forced(SWITCH):
         return refuse(UNRUN)
-    if (status() or {}).get("accept") != "on":
-        return refuse("the accept call site is off: its hooks take the sharded accept")
+    if (status() or {}).get("accept_greedy") != "on":
+        return refuse("the accept_greedy call site is off: its hooks take the sharded accept")
     if not getattr(worker, "_hosts_draft", False):
         return refuse("this pipeline stage runs no DSpark verify")
     if parallel_state.get_tp_group().world_size < 2:
@@ -136,7 +137,7 @@ def arm_hook(result, worker, *args, **kwargs) -> None:
         admission = defer_admission(worker)
     except Exception as e:
         admission = refuse(f"cannot read the worker's configuration: {type(e).__name__}: {e}")
-    dispatch.run("verify_gather.arm", admission, lambda: _arm(worker), lambda: None)
+    dispatch.run("sharded_accept_greedy.arm", admission, lambda: _arm(worker), lambda: None)
 
 
 def lm_head_hook(original, self, hidden_states, lm_head, logits_metadata, *args, **kwargs):
@@ -160,7 +161,7 @@ def lm_head_hook(original, self, hidden_states, lm_head, logits_metadata, *args,
         finally:
             in_deferred_forward.reset(token)
 
-    return dispatch.run("verify_gather.lm_head", admission, deferring, call)
+    return dispatch.run("sharded_accept_greedy.lm_head", admission, deferring, call)
 
 
 def gather_hook(original, self, x, *args, **kwargs):
@@ -176,7 +177,10 @@ def gather_hook(original, self, x, *args, **kwargs):
 
     admission = admit("skipped", "the verify shard is kept: the accept gathers keys")
     return dispatch.run(
-        "verify_gather.gather", admission, keep_shard, lambda: original(self, x, *args, **kwargs)
+        "sharded_accept_greedy.gather",
+        admission,
+        keep_shard,
+        lambda: original(self, x, *args, **kwargs),
     )
 
 
@@ -211,7 +215,7 @@ def finish_hook(original, self, *args, **kwargs):
         output.next_token_logits = deferred.gather(output.next_token_logits)
 
     admission = verify_step_admission(kwargs["batch"])
-    dispatch.run("verify_gather.finish", admission, lambda: None, gather)
+    dispatch.run("sharded_accept_greedy.finish", admission, lambda: None, gather)
     return result
 
 

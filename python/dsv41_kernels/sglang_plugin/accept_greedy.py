@@ -1,4 +1,4 @@
-"""Call site 1: DSpark's greedy accept -> ``row_argmax`` / ``accept_greedy``.
+"""Call site ``accept_greedy``: DSpark's greedy accept -> ``row_argmax`` / ``accept_greedy``.
 
 For a DeepSeek-V4.1 target SGLang 0.5.23 already runs its own split-vocab argmax
 (``_FUSED_ARGMAX_TARGETS`` in ``dspark_verify`` holds ``deepseek_v41``), which differs from
@@ -17,8 +17,8 @@ in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
 
 Both return exactly what SGLang's rule returns over ``torch.argmax`` (int64 argmax; int32
 lengths, int64 bonus); arguments our admission refuses go to SGLang's original function. At
-TP > 1 with call site ``verify_gather`` armed, the accept may be handed this rank's vocab
-shard of the verify logits instead: it goes to :func:`.deferred_verify.accept_on_shard`.
+TP > 1 with call site ``sharded_accept_greedy`` armed, the accept may be handed this rank's
+vocab shard of the verify logits instead: it goes to :func:`.deferred_verify.accept_on_shard`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def row_argmax_hook(original, logits, fused=False):
     SGLang's inexact kernel, which ours supersedes)."""
     admission = row_argmax_admission(logits)
     return dispatch.run(
-        "accept._row_argmax",
+        "accept_greedy._row_argmax",
         admission,
         lambda: row_argmax(logits, admission=admission),
         lambda: original(logits, fused=fused),
@@ -84,7 +84,7 @@ def accept_admission(
     )
     if refusal is not None:
         return refusal
-    slower = slower_than_sglang("accept", target_logits)
+    slower = slower_than_sglang("accept_greedy", target_logits)
     if slower is not None:
         return slower
     return accept_greedy_admission(candidates, target_logits, cutoff_verify_lens)
@@ -104,7 +104,7 @@ def _accept_hook(name: str):
                 kwargs.get("cutoff_verify_lens"),
             ]
             deferred = deferred_verify.deferred_shard(kwargs["target_logits"])
-            if deferred is not None:  # a verify shard (call site verify_gather)
+            if deferred is not None:  # a verify shard (call site sharded_accept_greedy)
                 refusal = sglang_arguments_refusal(*arguments)
                 return deferred_verify.accept_on_shard(deferred, original, kwargs, refusal)
             admission = accept_admission(*arguments)
@@ -127,10 +127,10 @@ HOOKS = (
     (f"{_MODULE}._row_argmax", row_argmax_hook, HookType.AROUND),
     (
         f"{_MODULE}.accept_greedy_triton",
-        _accept_hook("accept.accept_greedy_triton"),
+        _accept_hook("accept_greedy.accept_greedy_triton"),
         HookType.AROUND,
     ),
-    (f"{_MODULE}.accept_greedy", _accept_hook("accept.accept_greedy"), HookType.AROUND),
+    (f"{_MODULE}.accept_greedy", _accept_hook("accept_greedy.accept_greedy"), HookType.AROUND),
 )
 REQUIRES = (
     f"{_MODULE}.AcceptGreedy",

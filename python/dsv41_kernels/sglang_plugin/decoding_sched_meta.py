@@ -1,4 +1,4 @@
-"""Call site 4: FlashMLA's decode scheduler metadata -> ``decoding_sched_meta``.
+"""Call site ``decoding_sched_meta``: FlashMLA's decode scheduler metadata -> our scheduler.
 
 ``sglang.srt.layers.attention.deepseek_v4_backend._maybe_precompute_flashmla_sched_meta``
 fills a ``FlashMLASchedMeta``'s ``tile_scheduler_metadata [num_sm_parts, 8]`` and
@@ -17,6 +17,7 @@ that step's ``topk_length``.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 from sglang.srt.plugins.hook_registry import HookType
@@ -41,7 +42,7 @@ def _sched_config(device_index: int, s_q: int, h_q: int, d_qk: int) -> tuple[int
     return device_sched_config(torch.device("cuda", device_index), s_q=s_q, h_q=h_q, d_qk=d_qk)
 
 
-def sched_admission(q: torch.Tensor, topk_length, extra_topk_length) -> Admission:
+def sched_meta_admission(q: torch.Tensor, topk_length, extra_topk_length) -> Admission:
     """Ours for this decode step's shape, or SGLang's (pure: device, shapes, dtypes)."""
     if not q.is_cuda or torch.version.hip is not None:
         return refuse("not a CUDA device")
@@ -78,41 +79,70 @@ def sched_meta_hook(
     if getattr(flashmla_metadata, "tile_scheduler_metadata", None) is not None or (
         flashmla_metadata is None
     ):
-        admission, plan = refuse("no metadata object, or it already holds a schedule"), None
+        admission, step = refuse("no metadata object, or it already holds a schedule"), None
     else:
-        admission, plan = _plan(q, indices, topk_length, extra_topk_length, extra_indices)
+        admission, step = _step(q, indices, topk_length, extra_topk_length, extra_indices)
     return dispatch.run(
-        "sched._maybe_precompute_flashmla_sched_meta",
+        "decoding_sched_meta._maybe_precompute_flashmla_sched_meta",
         admission,
-        lambda: _schedule(flashmla_metadata, admission, *plan),
+        lambda: step.schedule(flashmla_metadata, admission),
         lambda: original(flashmla_metadata, **arguments),
     )
 
 
-def _plan(q, indices, topk_length, extra_topk_length, extra_indices):
-    """(admission, (meta, num_splits, config, lengths)): the buffers FlashMLA reads and our
-    scheduler's arguments for this step."""
-    admission = sched_admission(q, topk_length, extra_topk_length)
+@dataclass(frozen=True)
+class SchedStep:
+    """This decode step's buffers FlashMLA reads, and our scheduler's arguments."""
+
+    meta: torch.Tensor  # int32 [num_sm_parts, 8]
+    num_splits: torch.Tensor  # int32 [b + 1]
+    config: DecodingSchedConfig
+    topk_length: torch.Tensor | None
+    extra_topk_length: torch.Tensor | None
+
+    def admission(self) -> Admission:
+        return decoding_sched_meta_admission(
+            self.meta,
+            self.num_splits,
+            self.config,
+            topk_length=self.topk_length,
+            extra_topk_length=self.extra_topk_length,
+        )
+
+    def schedule(self, flashmla_metadata, admission: Admission) -> None:
+        """Our schedule into the buffers, then the buffers into SGLang's metadata object."""
+        decoding_sched_meta(
+            self.meta,
+            self.num_splits,
+            self.config,
+            topk_length=self.topk_length,
+            extra_topk_length=self.extra_topk_length,
+            admission=admission,
+        )
+        flashmla_metadata.tile_scheduler_metadata = self.meta
+        flashmla_metadata.num_splits = self.num_splits
+
+
+def _step(q, indices, topk_length, extra_topk_length, extra_indices):
+    """(admission, the step's :class:`SchedStep`, None when refused)."""
+    admission = sched_meta_admission(q, topk_length, extra_topk_length)
     if not admission:
         return admission, None
     b, s_q, h_q, d_qk = q.shape
     parts, overhead = _sched_config(q.device.index, s_q, h_q, d_qk)
-    meta = torch.empty((parts, 8), dtype=torch.int32, device=q.device)
-    num_splits = torch.empty((b + 1,), dtype=torch.int32, device=q.device)
     config = DecodingSchedConfig(
         topk=indices.shape[-1],
         extra_topk=0 if extra_indices is None else extra_indices.shape[-1],
         fixed_overhead_num_blocks=overhead,
     )
-    lengths = dict(topk_length=topk_length, extra_topk_length=extra_topk_length)
-    admission = decoding_sched_meta_admission(meta, num_splits, config, **lengths)
-    return admission, (meta, num_splits, config, lengths)
-
-
-def _schedule(flashmla_metadata, admission, meta, num_splits, config, lengths):
-    decoding_sched_meta(meta, num_splits, config, **lengths, admission=admission)
-    flashmla_metadata.tile_scheduler_metadata = meta
-    flashmla_metadata.num_splits = num_splits
+    step = SchedStep(
+        meta=torch.empty((parts, 8), dtype=torch.int32, device=q.device),
+        num_splits=torch.empty((b + 1,), dtype=torch.int32, device=q.device),
+        config=config,
+        topk_length=topk_length,
+        extra_topk_length=extra_topk_length,
+    )
+    return step.admission(), step
 
 
 HOOKS = ((f"{_BACKEND}._maybe_precompute_flashmla_sched_meta", sched_meta_hook, HookType.AROUND),)

@@ -26,7 +26,7 @@ multiple of 576 bytes), a uint8 buffer viewed as the fp8 KV dtype and sliced and
 ``[pages, page_size, 1, 584]`` by the backend; SWA page size 256 (``kv_cache_configurator``); the
 legacy SM90 kernel always splits the KV, so FlashMLA always computes or consumes a schedule there.
 
-Assumptions this file could not check (it was written on a machine without a GPU):
+Assumptions the tests rest on (chosen, not read from a source):
   1. The cache contents are built here byte by byte after FlashMLA's ``tests/quant.py`` (its
      "MODEL1" layout), not by SGLang's store kernel: finite e4m3 values, bf16 RoPE values, ue8m0
      exponents 125..129 (scales 1/4..4), pad byte 0. Any bytes would do for a bitwise comparison;
@@ -61,7 +61,7 @@ pytestmark = pytest.mark.gpu
 TOPKS = ((512, 0), (2048, 0), (2048, 512), (512, 128))
 BATCHES = (1, 2, 5, 11, 32, 64)  # requests; FlashMLA's batch is 6 per request
 LENGTHS = ("random", "zero", "one")
-HOOK = "sched._maybe_precompute_flashmla_sched_meta"
+HOOK = "decoding_sched_meta._maybe_precompute_flashmla_sched_meta"
 RECORD_FIELDS = (
     "begin_req_idx",
     "end_req_idx",
@@ -94,8 +94,9 @@ def flashmla(plugin):
     if not flash_mla.has_legacy():
         pytest.skip("sgl-flash-mla was built without its legacy kernels (SM90, the V4 cache)")
     decoder = callers.flashmla_decoder()
-    if plugin.status().get("sched") != "on":
-        pytest.fail(f"our scheduler hook is not on: {plugin.status().get('sched')}")
+    state = plugin.status().get("decoding_sched_meta")
+    if state != "on":
+        pytest.fail(f"our scheduler hook is not on: {state}")
     if not hasattr(decoder.backend._maybe_precompute_flashmla_sched_meta, "__wrapped__"):
         pytest.fail("deepseek_v4_backend._maybe_precompute_flashmla_sched_meta is not hooked")
     return decoder

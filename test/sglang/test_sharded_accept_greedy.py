@@ -1,4 +1,4 @@
-"""Call site 6 (``verify_gather``): DSpark's verify logits at TP > 1 stay sharded for a greedy
+"""Call site ``sharded_accept_greedy``: DSpark's verify logits at TP > 1 stay sharded for a greedy
 step, and SGLang's path is whole again for every other step.
 
 CPU tier. In this process: the admissions (the worker's configuration, each verify step's
@@ -32,16 +32,16 @@ BS = 3
 def forced(monkeypatch):
     from dsv41_kernels.sglang_plugin.measured import FORCE_ENV
 
-    monkeypatch.setenv(FORCE_ENV, "verify_gather")
+    monkeypatch.setenv(FORCE_ENV, "sharded_accept_greedy")
 
 
 @pytest.fixture
 def two_ranks(monkeypatch):
     """This process stated as rank 0 of a TP group of 2 (for the admissions only)."""
-    from dsv41_kernels.sglang_plugin import verify_gather
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
 
     tp = types.SimpleNamespace(world_size=2, rank_in_group=0, device_group=None)
-    monkeypatch.setattr(verify_gather.parallel_state, "get_tp_group", lambda: tp)
+    monkeypatch.setattr(hooks.parallel_state, "get_tp_group", lambda: tp)
 
 
 def worker_and_processor(**epilogue_fields):
@@ -53,13 +53,13 @@ def worker_and_processor(**epilogue_fields):
 
 
 def test_off_until_run_on_several_gpus(plugin, fired):
-    from dsv41_kernels.sglang_plugin import verify_gather
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
     from dsv41_kernels.sglang_plugin.deferred_verify import deferral_of
 
     worker, processor = worker_and_processor()
-    verify_gather.arm_hook(None, worker)
+    hooks.arm_hook(None, worker)
     assert deferral_of(processor) is None
-    assert fired()["verify_gather.arm"] == {"ours": 0, "sglang": {verify_gather.UNRUN: 1}}
+    assert fired()["sharded_accept_greedy.arm"] == {"ours": 0, "sglang": {hooks.UNRUN: 1}}
 
 
 CONFIGURATIONS = [
@@ -91,11 +91,11 @@ CONFIGURATIONS = [
 
 @pytest.mark.parametrize("change,refusal", CONFIGURATIONS)
 def test_defer_admission(plugin, forced, two_ranks, monkeypatch, change, refusal):
-    from dsv41_kernels.sglang_plugin import verify_gather
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
 
     worker, processor = worker_and_processor()
     change(worker, processor, monkeypatch)
-    verdict = verify_gather.defer_admission(worker)
+    verdict = hooks.defer_admission(worker)
     if refusal is None:
         assert verdict and verdict.reason == "TP 2: gather deferred", verdict
     else:
@@ -131,30 +131,30 @@ def test_accept_on_shard_honours_the_refusal(plugin, monkeypatch):
 
 
 def test_defer_admission_needs_tp_and_the_accept_site(plugin, forced, monkeypatch):
-    from dsv41_kernels.sglang_plugin import verify_gather
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
 
     worker, _ = worker_and_processor()
     one = types.SimpleNamespace(world_size=1, rank_in_group=0, device_group=None)
-    monkeypatch.setattr(verify_gather.parallel_state, "get_tp_group", lambda: one)
-    assert "TP 1" in verify_gather.defer_admission(worker).reason
-    monkeypatch.setattr(verify_gather, "status", lambda: {"accept": "off (DSV41_KERNELS_DISABLE)"})
-    assert "accept call site is off" in verify_gather.defer_admission(worker).reason
+    monkeypatch.setattr(hooks.parallel_state, "get_tp_group", lambda: one)
+    assert "TP 1" in hooks.defer_admission(worker).reason
+    monkeypatch.setattr(hooks, "status", lambda: {"accept_greedy": "off (DSV41_KERNELS_DISABLE)"})
+    assert "accept_greedy call site is off" in hooks.defer_admission(worker).reason
 
 
 def test_a_worker_built_otherwise_is_left_unarmed(plugin, forced, two_ranks, fired):
     """An attribute the admission reads missing (another SGLang) refuses; it never raises
     out of the worker's constructor."""
-    from dsv41_kernels.sglang_plugin import verify_gather
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
 
     worker, processor = worker_and_processor()
     del worker._target_worker
-    verify_gather.arm_hook(None, worker)
-    (reason,) = fired()["verify_gather.arm"]["sglang"]
+    hooks.arm_hook(None, worker)
+    (reason,) = fired()["sharded_accept_greedy.arm"]["sglang"]
     assert reason.startswith("cannot read the worker's configuration: ")  # SGLang recurses
 
 
 def test_verify_step_admission(plugin):
-    from dsv41_kernels.sglang_plugin.verify_gather import verify_step_admission
+    from dsv41_kernels.sglang_plugin.sharded_accept_greedy import verify_step_admission
 
     greedy = callers.sampling_info([0.0] * BS, VOCAB)
     assert verify_step_admission(callers.verify_batch())
@@ -203,7 +203,8 @@ def verify_step(executor, info):
 def check_tp_verify(rank: int) -> None:
     from sglang.kernels.ops.speculative.dspark import dspark_accept
 
-    from dsv41_kernels.sglang_plugin import deferred_verify, dispatch, verify_gather
+    from dsv41_kernels.sglang_plugin import deferred_verify, dispatch
+    from dsv41_kernels.sglang_plugin import sharded_accept_greedy as hooks
 
     gen = torch.Generator().manual_seed(19)  # the same draws on both ranks
     head, _ = rank_lm_head(rank, gen)
@@ -214,7 +215,7 @@ def check_tp_verify(rank: int) -> None:
     assert full.shape == (hidden.shape[0], VOCAB) and full.dtype == torch.float32
 
     epilogue = callers.verify_epilogue(BS, "cpu")
-    verify_gather.arm_hook(None, callers.dspark_worker(epilogue, processor))
+    hooks.arm_hook(None, callers.dspark_worker(epilogue, processor))
     dispatch.reset()
     executor = callers.verify_executor(forward)
 
@@ -241,13 +242,13 @@ def check_tp_verify(rank: int) -> None:
     assert torch.equal(forward("DECODE").next_token_logits, full)
 
     counts = dispatch.fire_counts()
-    assert counts["verify_gather.gather"] == {"ours": 2, "sglang": {}}, counts
-    assert counts["verify_gather.lm_head"] == {
+    assert counts["sharded_accept_greedy.gather"] == {"ours": 2, "sglang": {}}, counts
+    assert counts["sharded_accept_greedy.lm_head"] == {
         "ours": 2,
         "sglang": {"not a target-verify forward": 1},
     }, counts
-    assert counts["verify_gather.accept"] == {"ours": 1, "sglang": {}}, counts
-    assert counts["verify_gather.finish"] == {
+    assert counts["sharded_accept_greedy.accept"] == {"ours": 1, "sglang": {}}, counts
+    assert counts["sharded_accept_greedy.finish"] == {
         "ours": 1,
         "sglang": {"temperature > 0: a sampled accept": 1},
     }, counts
@@ -259,13 +260,15 @@ def check_tp_verify(rank: int) -> None:
     deferred_verify.sharded_accept_greedy = broken
     again = callers.StaticVerifyStep(candidates, shard).run(callers.verify_epilogue(BS, "cpu"))
     assert all(torch.equal(again[name], value) for name, value in sglang.items())
-    assert "error: RuntimeError: injected" in str(dispatch.fire_counts()["verify_gather.accept"])
+    assert "error: RuntimeError: injected" in str(
+        dispatch.fire_counts()["sharded_accept_greedy.accept"]
+    )
 
 
 def tp_verify_rank(rank: int, store: str) -> None:
     from dsv41_kernels.sglang_plugin.measured import FORCE_ENV
 
-    os.environ.update({"SGLANG_PLUGINS": "dsv41_kernels", FORCE_ENV: "verify_gather"})
+    os.environ.update({"SGLANG_PLUGINS": "dsv41_kernels", FORCE_ENV: "sharded_accept_greedy"})
     os.environ.pop("DSV41_KERNELS_DISABLE", None)
     import_sglang()
     from sglang.srt.plugins import load_plugins

@@ -1,4 +1,4 @@
-"""Call site 5: the mHC mixing statistics -> :func:`dsv41_kernels.hc_mix_stats`.
+"""Call site ``hc_mix_stats``: the mHC mixing statistics -> :func:`dsv41_kernels.hc_mix_stats`.
 
 ``sglang.srt.models.deepseek_v4_mhc._mix_stats_impl(hc, x)`` predicts ``(pre, post, comb)``
 from the four residual streams of every hyper-connection. Ours takes the small-row path below
@@ -12,7 +12,7 @@ step, re-run after weight updates) builds an ``HcDerivedWeights`` per mixing wei
 them on the layer (``_hc_derived_weights``). While one is active the layer carries its refusal
 as ``_derived_weight_cache_error``, the attribute SGLang's weight updater checks before writing
 anything, so online weight updates are refused with that message (restart with
-``DSV41_KERNELS_DISABLE=mhc`` to update weights online); releasing a holder republishes.
+``DSV41_KERNELS_DISABLE=hc_mix_stats`` to update weights online); releasing a holder republishes.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
 
 _LAYER = "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase"
 MIXING_WEIGHTS = ("hc_attn_fn", "hc_ffn_fn")
-RESTART_HINT = "restart with DSV41_KERNELS_DISABLE=mhc to use online weight updates"
+RESTART_HINT = "restart with DSV41_KERNELS_DISABLE=hc_mix_stats to use online weight updates"
 
 # id(fn) -> its residual's holder; the holder keeps fn alive, and lookups check identity.
 _derived: dict[int, HcDerivedWeights] = {}
@@ -76,7 +76,7 @@ def mix_stats_admission(hc, x: torch.Tensor, weights, mode: str) -> Admission:
         return refuse("mixing weight is not fp32 [24, 4H]")
     if hc.scale.dtype != torch.float32 or hc.base.dtype != torch.float32:
         return refuse("scale or base not fp32")
-    slower = slower_than_sglang("mhc", x)
+    slower = slower_than_sglang("hc_mix_stats", x)
     if slower is not None:
         return slower
     return hc_mix_stats_admission(x, weights, mode)
@@ -88,7 +88,7 @@ def mix_stats_hook(original, hc, x):
     admission = mix_stats_admission(hc, x, weights, mode)
     cfg = hc.cfg
     return dispatch.run(
-        "mhc._mix_stats_impl",
+        "hc_mix_stats._mix_stats_impl",
         admission,
         lambda: hc_mix_stats(
             x,

@@ -1,4 +1,5 @@
-"""Call site 2: DeepSeek-V4.1 vision routing -> :func:`dsv41_kernels.moe_fused_gate`.
+"""Call site ``moe_fused_gate``: DeepSeek-V4.1 vision routing ->
+:func:`dsv41_kernels.moe_fused_gate`.
 
 ``sglang.srt.multimodal.dsv41.vl_routing.vision_topk`` routes every MoE layer of a V4.1
 checkpoint with a vision tower (``deepseek_v2`` and ``mega_moe`` import it by name; SGLang's
@@ -12,8 +13,9 @@ without Triton) goes to SGLang's original function.
 
 SGLang 0.5.23's own ``vision_topk`` already routes and packs in one Triton launch on CUDA
 (``moe_fused_gate(..., packed_out=)``). On the H200 ours measured faster at every token count
-(the CUDA kernel to ``CUDA_MAX_TOKENS``, 65536), so the hook takes every call there and declines
-on every GPU not measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=router`` takes ours anyway.
+(the CUDA kernel up to ``CUDA_MAX_TOKENS``), so the hook takes every call there and declines on
+every GPU not measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=moe_fused_gate`` takes ours
+anyway.
 It is reached from ``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from
 ``forward_deepep``.
 """
@@ -74,7 +76,7 @@ def _enum_value(member) -> str | None:
     return None if member is None else getattr(member, "value", str(member))
 
 
-def router_admission(
+def vision_topk_admission(
     logits, bias, bias_alt, input_ids, image_token_id, rows, config, dispatch_info
 ) -> Admission:
     """Our router for these arguments, or SGLang's (pure: no values read)."""
@@ -84,7 +86,7 @@ def router_admission(
         return refuse("routing simulation is on")
     if torch.version.hip is not None:
         return refuse("ROCm: SGLang routes in torch there")
-    slower = slower_than_sglang("router", logits)
+    slower = slower_than_sglang("moe_fused_gate", logits)
     if slower is not None:
         return slower
     return moe_fused_gate_admission(
@@ -124,11 +126,11 @@ def vision_topk_hook(
     bias, bias_alt = moe.gate.e_score_correction_bias, moe.gate.e_score_correction_bias_vl
     if input_ids is None:
         bias_alt = None
-    admission = router_admission(
+    admission = vision_topk_admission(
         logits, bias, bias_alt, input_ids, moe.config.image_token_id, rows, config, dispatch_info
     )
     return dispatch.run(
-        "router.vision_topk",
+        "moe_fused_gate.vision_topk",
         admission,
         lambda: _route(moe, logits, input_ids, rows, config, dispatch_info, bias_alt, admission),
         lambda: original(

@@ -9,7 +9,7 @@ kernels on the same inputs, bit for bit (the e4m3 values, the fp32 scales and th
 the plugin on and off for V4.1's TP-local shapes at TP 1 / 2 / 4, and the FP8 contraction on
 both results where DeepGEMM imports. The hook declines on SM90 where SGLang's chain measured
 faster (above 96 tokens at TP 1: ``sglang_plugin.measured``), so these tests take ours with
-``DSV41_KERNELS_FORCE=wo_a``: they hold the op to SGLang's bits at every T.
+``DSV41_KERNELS_FORCE=inverse_rope_quant_fp8``: they hold the op to SGLang's bits at every T.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ TOKENS = [0, 1, 6, 24, 96, 384]
 
 @pytest.fixture(autouse=True)
 def ours_forced(monkeypatch):
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "wo_a")
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "inverse_rope_quant_fp8")
 
 
 def sglang_kernels():
@@ -205,7 +205,7 @@ def test_bf16_wo_a_layer_keeps_sglangs_rope(plugin, fired):
     call): the hook declines, SGLang's RoPE runs, and it says why."""
     from sglang.srt.models import deepseek_v4
 
-    from dsv41_kernels.sglang_plugin import wo_a
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(2, "cuda", wo_a_fp8=False)
     o, positions = callers.attention_output(layer, 6, seed=3)
@@ -216,7 +216,7 @@ def test_bf16_wo_a_layer_keeps_sglangs_rope(plugin, fired):
             o[..., -64:], None, layer.freqs_cis, positions=positions, inverse=True
         )
 
-    wo_a.forward_hook(rope, layer)
+    hooks.forward_hook(rope, layer)
     sglang_rope, _ = sglang_kernels()
     sglang_rope(theirs[..., -64:], None, layer.freqs_cis, positions=positions, inverse=True)
     assert torch.equal(o.view(torch.int16), theirs.view(torch.int16))
