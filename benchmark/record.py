@@ -8,9 +8,9 @@ gains the run's metadata:
 
 - ``bench``: the benchmark that made it (``call_sites``, ``verify_cycle``, ``bench_row_argmax``);
 - ``command``: its command line (``python -m benchmark.call_sites --record``);
-- ``commit``: ``git rev-parse --short HEAD`` (``+dirty`` with tracked files changed), else
-  ``$DSV41_KERNELS_COMMIT`` (set it where the tree is a copy without ``.git``), else the
-  package version;
+- ``commit``: ``$DSV41_KERNELS_COMMIT`` where set (a copied tree, whose ``.git`` may be
+  missing or another commit's), else ``git rev-parse --short HEAD`` (``+dirty`` with tracked
+  files changed), else the package version;
 - ``date``: UTC, ISO 8601, seconds;
 - ``torch``, ``triton``, ``cuda`` (``torch.version.cuda``), ``sglang`` (its version where it
   is installed or imported, else null), ``python``, ``sm`` (``sm_90`` for the GPU, null on a CPU).
@@ -80,12 +80,13 @@ def _git(*args: str) -> str | None:
 
 
 def commit() -> str:
+    # Named first: a copied tree may carry a stale .git of some other commit.
+    if os.environ.get("DSV41_KERNELS_COMMIT"):
+        return os.environ["DSV41_KERNELS_COMMIT"]
     head = _git("rev-parse", "--short", "HEAD")
     if head:
         dirty = _git("status", "--porcelain", "--untracked-files=no")
         return head + ("+dirty" if dirty else "")
-    if os.environ.get("DSV41_KERNELS_COMMIT"):
-        return os.environ["DSV41_KERNELS_COMMIT"]
     try:
         return importlib.metadata.version("dsv41-kernels")
     except importlib.metadata.PackageNotFoundError:

@@ -1,7 +1,7 @@
 """docs/performance.md's tables and the plots, from the results files (docs/results, ``*.jsonl``).
 
 For each (device, bench, op, shape, arm) the latest record (by ``date``, then by its place in
-the file) is the current one. The generated parts of docs/performance.md lie between marker
+the file; one with a figure before one without) is the current one. The generated parts of docs/performance.md lie between marker
 lines, ``<!-- report:begin NAME -->`` and ``<!-- report:end -->``, for NAME in :data:`BLOCKS`:
 
 - ``verify_cycle``: the verify cycle per call site (``benchmark/verify_cycle.py``);
@@ -53,14 +53,16 @@ _INT = re.compile(r"\d+")
 
 def current(records: list[dict]) -> list[dict]:
     """The latest record of each (device, bench, op, shape, arm), in the order of each key's
-    first record."""
+    first record. A record with a figure beats one without (an arm that could not run in the
+    latest environment, e.g. SGLang's tilelang path, keeps its last figure and its commit)."""
     best, first = {}, {}
     for i, r in enumerate(records):
         key = (r["device"], r.get("bench"), r["op"], r["shape"], r["arm"])
         first.setdefault(key, i)
-        if key not in best or (r.get("date") or "", i) >= (best[key][0], best[key][1]):
-            best[key] = (r.get("date") or "", i, r)
-    return [best[k][2] for k in sorted(best, key=first.get)]
+        rank = (r.get("us") is not None, r.get("date") or "", i)
+        if key not in best or rank >= best[key][0]:
+            best[key] = (rank, r)
+    return [best[k][1] for k in sorted(best, key=first.get)]
 
 
 def _x(r: dict):

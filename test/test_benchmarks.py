@@ -131,6 +131,12 @@ def test_commit_outside_a_checkout(monkeypatch, tmp_path):
     assert results.commit() == __version__
 
 
+def test_a_named_commit_wins_over_the_trees_git(monkeypatch):
+    """A copied tree may hold another commit's .git: the commit named for the run wins."""
+    monkeypatch.setenv("DSV41_KERNELS_COMMIT", "0123abc")
+    assert results.commit() == "0123abc"
+
+
 @pytest.mark.parametrize("module", ["call_sites", "verify_cycle"])
 def test_call_site_benchmarks_take_record(module, monkeypatch):
     bench = importlib.import_module(f"benchmark.{module}")
