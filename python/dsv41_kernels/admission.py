@@ -152,3 +152,43 @@ def check_device(name: str, value: object) -> torch.device:
     ):
         raise ValueError(f"{name} {device}: no such CUDA device on this machine")
     return device
+
+
+def _owns_its_elements(t: torch.Tensor) -> bool:
+    """True when no two indices of ``t`` address one element: after dropping size-1 dims and
+    ordering the rest by stride, each stride exceeds the span of the dims below it (sufficient,
+    and exact for every layout a view, transpose, slice or ``empty_strided`` makes)."""
+    span = 0
+    dims = sorted(((abs(st), s) for s, st in zip(t.shape, t.stride()) if s > 1))
+    for stride, size in dims:
+        if stride <= span:
+            return False
+        span += (size - 1) * stride
+    return True
+
+
+def check_outputs(outputs: dict[str, torch.Tensor | None]) -> None:
+    """Raise ``ValueError`` naming the argument when an output tensor addresses one element
+    through two indices (an ``expand`` view, say) or shares memory with another output: a
+    kernel's rows would overwrite each other where the torch fallback raises or differs.
+    ``None`` entries (outputs the op allocates) are skipped."""
+    given = [(name, t) for name, t in outputs.items() if t is not None and t.numel()]
+    for name, t in given:
+        if not _owns_its_elements(t):
+            raise ValueError(
+                f"{name} has overlapping elements (stride {tuple(t.stride())} for shape "
+                f"{tuple(t.shape)}, e.g. an expand view): an output must own each element"
+            )
+    spans = []
+    for name, t in given:
+        start = t.data_ptr() + t.element_size() * sum(
+            (s - 1) * st for s, st in zip(t.shape, t.stride()) if st < 0
+        )
+        length = t.element_size() * (
+            1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
+        )
+        spans.append((name, t.device, start, start + length))
+    for i, (a, dev_a, lo_a, hi_a) in enumerate(spans):
+        for b, dev_b, lo_b, hi_b in spans[i + 1 :]:
+            if dev_a == dev_b and lo_a < hi_b and lo_b < hi_a:
+                raise ValueError(f"{a} and {b} share memory: each output needs its own")
