@@ -31,3 +31,13 @@ def test_outputs_are_refused_by_name():
         check_outputs({"out": torch.zeros(4).expand(3, 4)})
     with pytest.raises(ValueError, match="^y and scales share memory"):
         check_outputs({"y": rows, "scales": rows[2]})
+
+
+def test_admission_argument_is_an_admission_or_none():
+    from dsv41_kernels.admission import check_admission, refuse
+
+    assert check_admission(None) is None
+    refused = refuse("no")
+    assert check_admission(refused) is refused
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        check_admission("kernel")

@@ -192,3 +192,14 @@ def check_outputs(outputs: dict[str, torch.Tensor | None]) -> None:
         for b, dev_b, lo_b, hi_b in spans[i + 1 :]:
             if dev_a == dev_b and lo_a < hi_b and lo_b < hi_a:
                 raise ValueError(f"{a} and {b} share memory: each output needs its own")
+
+
+def check_admission(value: object) -> Admission | None:
+    """``value`` if it is an :class:`Admission` or None; else ``TypeError`` naming
+    ``admission`` (a string such as ``"kernel"`` is not a decision the op can run)."""
+    if value is not None and not isinstance(value, Admission):
+        raise TypeError(
+            f"admission must be an Admission from the op's *_admission function or None, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    return value
