@@ -115,6 +115,9 @@ def test_fallback_when_refused(monkeypatch):
     )
 
 
+LOGITS = torch.randn(6, 4096)
+
+
 @pytest.mark.parametrize(
     "kwargs,match",
     [
@@ -154,15 +157,55 @@ def test_fallback_when_refused(monkeypatch):
             ),
             "out\\[0\\]",
         ),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64),
+                logits=torch.zeros(6, 8, dtype=torch.float8_e4m3fn),
+            ),
+            "logits must be floating point of a dtype torch.argmax takes",
+        ),
+        (
+            dict(candidates=torch.zeros(2, 3, dtype=torch.int64, device="meta"), logits=LOGITS),
+            "candidates must be on cpu",
+        ),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64),
+                logits=LOGITS,
+                cutoff_verify_lens=torch.ones(2, dtype=torch.int32, device="meta"),
+            ),
+            "cutoff_verify_lens must be on cpu",
+        ),
+        (
+            dict(
+                candidates=torch.zeros(2, 3, dtype=torch.int64, device="meta"),
+                logits=LOGITS.to("meta"),
+            ),
+            "logits is a meta tensor",
+        ),
     ],
 )
-def test_bad_input(kwargs, match):
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_bad_input(monkeypatch, kwargs, match, path):
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    kwargs = dict(kwargs)
     candidates, logits = kwargs.pop("candidates"), kwargs.pop("logits")
     with pytest.raises(ValueError, match=match):
         accept_greedy(candidates, logits, **kwargs)
     cutoff = kwargs.pop("cutoff_verify_lens", None)
     verdict = accept_greedy_admission(candidates, logits, cutoff, **kwargs)  # refuses, no raise
     assert not verdict and verdict.reason.startswith("invalid arguments")
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_admission_must_be_an_admission(monkeypatch, path):
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    candidates = torch.zeros(2, 3, dtype=torch.int64)
+    for bad in ("kernel", True, 1):
+        with pytest.raises(TypeError, match="admission"):
+            accept_greedy(candidates, torch.randn(6, 8), admission=bad)
 
 
 # ---- GPU tier ------------------------------------------------------------------------------

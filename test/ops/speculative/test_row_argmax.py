@@ -84,6 +84,10 @@ def test_fallback_matches_torch(monkeypatch):
         ((torch.empty(6, 0),), "empty rows"),
         ((torch.empty(6, 8, dtype=torch.int32),), "floating point"),
         (("logits",), "torch.Tensor"),
+        # float8 is floating point, but torch.argmax (the fallback) does not take it
+        ((torch.zeros(6, 8, dtype=torch.float8_e4m3fn),), "float8_e4m3fn"),
+        ((torch.zeros(6, 8, dtype=torch.float8_e5m2),), "float8_e5m2"),
+        ((torch.empty(6, 8, device="meta"),), "meta"),  # no values: never a meta result
     ],
 )
 def test_bad_input_names_the_argument(args, match):
@@ -101,6 +105,15 @@ def test_bad_out():
     assert not row_argmax_admission(torch.randn(3, 8), out=torch.empty(4, dtype=torch.int64))
     with pytest.raises(ValueError, match="out"):
         row_argmax(torch.randn(3, 8), out=torch.empty(3, dtype=torch.int32))
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_admission_must_be_an_admission(monkeypatch, path):
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    for bad in ("kernel", True, 1):
+        with pytest.raises(TypeError, match="admission"):
+            row_argmax(torch.randn(3, 8), admission=bad)
 
 
 def test_zero_rows():

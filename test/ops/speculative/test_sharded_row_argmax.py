@@ -9,7 +9,10 @@ test_sharded_groups.py.
 from __future__ import annotations
 
 import random
+import threading
+import types
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -23,6 +26,7 @@ from dsv41_kernels.cases.sharded_row_argmax import (
     shards,
 )
 from dsv41_kernels.ops.speculative.argmax_reduction import MAX_ROWS
+from dsv41_kernels.ops.speculative.shard_scratch import ScratchPool
 from dsv41_kernels.ops.speculative.sharded_accept_greedy import (
     accept_from_keys,
     sharded_accept_greedy,
@@ -223,8 +227,14 @@ def solo_group(tmp_path):
         (dict(local_logits="logits"), ValueError, "local_logits must be a torch.Tensor"),
         (dict(vocab_start=-1), ValueError, "vocab_start"),
         (dict(vocab_start=2**32 - 7), ValueError, "vocab_start"),
-        (dict(vocab_start=1.0), TypeError, "vocab_start must be an int"),
-        (dict(vocab_start=True), TypeError, "vocab_start must be an int"),
+        (dict(vocab_start=1.0), ValueError, "vocab_start must be an int"),
+        (dict(vocab_start=True), ValueError, "vocab_start must be an int"),
+        (dict(vocab_start=np.bool_(False)), ValueError, "vocab_start must be an int"),
+        (dict(vocab_start=np.int64(-1)), ValueError, "vocab_start"),
+        (dict(local_logits=torch.zeros(6, 8, dtype=torch.float8_e4m3fn)), ValueError, "float8"),
+        # the keys compare fp32 values: float64 maxima closer than fp32 resolves would tie
+        (dict(local_logits=torch.zeros(6, 8, dtype=torch.float64)), ValueError, "float64"),
+        (dict(local_logits=torch.zeros(6, 8, device="meta")), ValueError, "meta"),
         (dict(group=None), TypeError, "group must be a torch.distributed.ProcessGroup"),
         (dict(out=torch.empty(5, dtype=torch.int64)), ValueError, "out must be"),
         (dict(out=torch.empty(6, dtype=torch.int32)), ValueError, "out must have dtype"),
@@ -262,6 +272,94 @@ def test_accept_bad_input_names_the_argument(solo_group, kwargs, match):
     assert not sharded_accept_greedy_admission(**args)
 
 
+def test_sharded_accept_needs_candidates_on_the_logits_device(solo_group):
+    candidates = torch.zeros(2, 3, dtype=torch.int64)
+    args = {"local_logits": torch.randn(6, 8), "vocab_start": 0, "group": solo_group}
+    with pytest.raises(ValueError, match="candidates must be on cpu"):
+        sharded_accept_greedy(candidates.to("meta"), **args)
+    assert not sharded_accept_greedy_admission(candidates.to("meta"), **args)
+    cutoff = torch.ones(2, dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="cutoff_verify_lens must be on cpu"):
+        sharded_accept_greedy(candidates, cutoff_verify_lens=cutoff, **args)
+    keys = torch.zeros(1, 6, dtype=torch.int64)
+    with pytest.raises(ValueError, match="candidates must be on cpu"):
+        accept_from_keys(candidates.to("meta"), keys)
+    with pytest.raises(ValueError, match="gathered_keys is a meta tensor"):
+        accept_from_keys(candidates.to("meta"), keys.to("meta"))
+    with pytest.raises(ValueError, match="gathered_keys is a meta tensor"):
+        merge_keys(keys.to("meta"))
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_numpy_ints_are_ints(request, solo_group, path):
+    """vocab_start takes NumPy integers as every op's scalars do (bools are refused above)."""
+    if path == "fallback":
+        request.getfixturevalue("torch_fallback")
+    elif not triton_interpreter():
+        pytest.skip("the kernel path for CPU tensors: the Triton interpreter")
+    gen = torch.Generator().manual_seed(21)
+    x = planted_logits(2, (300,), gen)
+    candidates, logits, cutoff = accept_case(2, 3, (300,), gen)
+    for start in (np.int64(0), np.int32(0), np.uint8(0)):
+        assert torch.equal(
+            sharded_row_argmax(x, vocab_start=start, group=solo_group), torch.argmax(x, -1)
+        )
+        assert_accept_equal(
+            sharded_accept_greedy(candidates, logits, vocab_start=start, group=solo_group),
+            reference_accept(candidates, [logits]),
+        )
+        for vocab_start in (start, 0):
+            verdicts = [
+                sharded_row_argmax_admission(x, vocab_start=vocab_start, group=solo_group),
+                sharded_accept_greedy_admission(
+                    candidates, logits, vocab_start=vocab_start, group=solo_group
+                ),
+            ]
+            assert [v.ok for v in verdicts] == [path == "kernel"] * 2, verdicts
+    assert torch.equal(shard_keys(x, vocab_start=np.int64(7)), shard_keys(x, vocab_start=7))
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+@pytest.mark.parametrize("rows", [2, 0])
+def test_no_column_on_any_rank_is_refused(request, solo_group, path, rows):
+    """One rank holding no column: the vocabulary is empty and torch.argmax would raise, so
+    both ops refuse it, naming local_logits, on every path."""
+    if path == "fallback":
+        request.getfixturevalue("torch_fallback")
+    empty = torch.empty(rows * 3, 0)
+    with pytest.raises(ValueError, match="local_logits has no column on any rank"):
+        sharded_row_argmax(empty, vocab_start=0, group=solo_group)
+    assert not sharded_row_argmax_admission(empty, vocab_start=0, group=solo_group)
+    candidates = torch.zeros(rows, 3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="local_logits has no column on any rank"):
+        sharded_accept_greedy(candidates, empty, vocab_start=0, group=solo_group)
+    assert not sharded_accept_greedy_admission(candidates, empty, vocab_start=0, group=solo_group)
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_admission_must_be_an_admission(request, solo_group, path):
+    if path == "fallback":
+        request.getfixturevalue("torch_fallback")
+    x, candidates = torch.randn(6, 8), torch.zeros(2, 3, dtype=torch.int64)
+    keys = torch.zeros(1, 6, dtype=torch.int64)
+    calls = {
+        "sharded_row_argmax": lambda a: sharded_row_argmax(
+            x, vocab_start=0, group=solo_group, admission=a
+        ),
+        "sharded_accept_greedy": lambda a: sharded_accept_greedy(
+            candidates, x, vocab_start=0, group=solo_group, admission=a
+        ),
+        "shard_keys": lambda a: shard_keys(x, vocab_start=0, admission=a),
+        "merge_keys": lambda a: merge_keys(keys, admission=a),
+        "accept_from_keys": lambda a: accept_from_keys(candidates, keys, admission=a),
+    }
+    for name, call in calls.items():
+        for bad in ("kernel", True, 1):
+            with pytest.raises(TypeError, match="admission"):
+                call(bad)
+                pytest.fail(f"{name} took admission={bad!r}")
+
+
 @needs_kernel
 def test_admission(solo_group):
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -269,7 +367,7 @@ def test_admission(solo_group):
     assert sharded_row_argmax_admission(x, vocab_start=0, group=solo_group).kernel == "triton"
     rows = torch.empty(MAX_ROWS + 1, 8, device=device)
     verdict = sharded_row_argmax_admission(rows, vocab_start=0, group=solo_group)
-    assert not verdict and "workspace" in verdict.reason
+    assert not verdict and "scratch" in verdict.reason
     candidates = torch.zeros(1, 65, dtype=torch.int64, device=device)
     verdict = sharded_accept_greedy_admission(
         candidates, torch.empty(65, 8, device=device), vocab_start=0, group=solo_group
@@ -296,6 +394,90 @@ def test_one_rank_group(solo_group):
     assert [t.shape for t in empty] == [(0,)] * 3
 
 
+# ---- concurrency --------------------------------------------------------------------------------
+
+THREADS, CALLS = 4, 6
+
+
+def run_in_threads(call) -> list:
+    """``call(thread, i)`` for ``CALLS`` calls in each of ``THREADS`` threads started together;
+    every result, or the first exception raised."""
+    start = threading.Barrier(THREADS)
+    results: list = [None] * (THREADS * CALLS)
+    errors: list = []
+
+    def worker(thread: int) -> None:
+        try:
+            start.wait()
+            for i in range(CALLS):
+                results[thread * CALLS + i] = call(thread, i)
+        except BaseException as e:  # noqa: BLE001 - reported by the test's thread
+            errors.append(e)
+
+    workers = [threading.Thread(target=worker, args=(t,)) for t in range(THREADS)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+@pytest.mark.parametrize("width", [600, 4100])  # the shard's argmax: torch's, then the kernel's
+def test_threads_at_once_get_their_own_rows(solo_group, width):
+    """Four threads calling each op at once: every call its own rows (each call's scratch is
+    its own, never another call's in flight)."""
+    gen = torch.Generator().manual_seed(width)
+    cases = [accept_case(2, 3, (width,), gen) for _ in range(THREADS * CALLS)]
+
+    def case(thread: int, i: int):
+        return cases[thread * CALLS + i]
+
+    got = run_in_threads(
+        lambda t, i: sharded_row_argmax(case(t, i)[1], vocab_start=0, group=solo_group)
+    )
+    wrong = [j for j, (_, x, _) in enumerate(cases) if not torch.equal(got[j], x.argmax(-1))]
+    assert not wrong, f"{len(wrong)}/{len(cases)} argmax calls wrong"
+    got = run_in_threads(lambda t, i: shard_keys(case(t, i)[1], vocab_start=5))
+    for j, (_, logits, _) in enumerate(cases):
+        assert torch.equal(got[j], shard_keys(logits, vocab_start=5, admission=TORCH_PATH))
+    got = run_in_threads(
+        lambda t, i: sharded_accept_greedy(
+            case(t, i)[0], case(t, i)[1], vocab_start=0, group=solo_group,
+            cutoff_verify_lens=case(t, i)[2],
+        )
+    )  # fmt: skip
+    for j, (candidates, logits, cutoff) in enumerate(cases):
+        assert_accept_equal(
+            got[j], reference_accept(candidates, [logits], cutoff_verify_lens=cutoff)
+        )
+
+
+def test_scratch_pool_lends_each_call_its_own_set(monkeypatch):
+    """Calls in flight hold distinct sets; a set given back is lent again (no growth in turn);
+    a CUDA-graph capture takes a free set of another stream and makes none."""
+    pool = ScratchPool("op", 4)
+    cpu = torch.device("cpu")
+    with pool.borrow(cpu, 2) as a, pool.borrow(cpu, 2) as b:
+        assert a[0].data_ptr() != b[0].data_ptr() and a[2].shape == (8,)
+    with pool.borrow(cpu, 2) as c:
+        assert c[0].data_ptr() in (a[0].data_ptr(), b[0].data_ptr())
+    stream = types.SimpleNamespace(cuda_stream=0)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    gpu = torch.device("cuda", 0)
+    with pytest.raises(RuntimeError, match="before capturing"), pool.borrow(gpu, 2):
+        pass
+    warm = (torch.zeros(4), torch.zeros(4), torch.zeros(8))
+    pool._free[(gpu, 1, 2)] = [warm]  # a set an eager call on another stream gave back
+    with pool.borrow(gpu, 2) as captured:
+        assert captured is warm
+    with pool.borrow(gpu, 2) as again:  # it now stays with the capturing stream
+        assert again is warm
+    assert pool._free[(gpu, 1, 2)] == []
+
+
 # ---- GPU tier ----------------------------------------------------------------------------------
 
 
@@ -319,6 +501,33 @@ def test_gpu_emulated_shards():
             assert torch.equal(emulated_argmax(x, widths), torch.argmax(x, dim=-1)), widths
         for x in batches:
             assert torch.equal(emulated_argmax(x, widths), torch.argmax(x, dim=-1))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("streams", ["one stream", "a stream each"])
+def test_gpu_threads_at_once_get_their_own_keys(streams):
+    """Four threads of shard_keys at once, all on the current stream or each on its own: every
+    call's keys its own (the shard's argmax and its keys in the call's own scratch)."""
+    gen = torch.Generator().manual_seed(22)
+    cases = [random_logits(6, 129280, gen).cuda() for _ in range(THREADS * CALLS)]
+    expected = [shard_keys(x, vocab_start=3, admission=TORCH_PATH) for x in cases]
+    shard_keys(cases[0], vocab_start=3)  # compiled before the threads start
+    own = [torch.cuda.Stream() for _ in range(THREADS)]
+    torch.cuda.synchronize()  # the logits are made before any stream reads them
+
+    def call(thread: int, i: int):
+        x = cases[thread * CALLS + i]
+        if streams == "one stream":
+            return shard_keys(x, vocab_start=3)
+        with torch.cuda.stream(own[thread]):
+            keys = shard_keys(x, vocab_start=3)
+        torch.cuda.current_stream().wait_stream(own[thread])
+        return keys
+
+    got = run_in_threads(call)
+    torch.cuda.synchronize()
+    wrong = [j for j in range(len(cases)) if not torch.equal(got[j], expected[j])]
+    assert not wrong, f"{len(wrong)}/{len(cases)} calls wrong"
 
 
 @pytest.mark.gpu

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, check_tensor, invalid, refuse
+from dsv41_kernels.admission import Admission, check_admission, check_tensor, invalid, refuse
 from dsv41_kernels.ops.speculative.argmax_plan import (
     CUDA_KERNEL_IDS,
     MAX_ADMITTED_ROWS,
@@ -65,23 +65,28 @@ OUTPUTS = (
 )
 
 
-def validate_accept_arguments(candidates, rows: int, cutoff_verify_lens, out, device) -> None:
+def validate_accept_arguments(
+    candidates, rows: int, cutoff_verify_lens, out, device, on: str = "logits"
+) -> None:
     """Raise ValueError naming the argument unless ``candidates``, ``cutoff_verify_lens`` and
-    ``out`` fit ``rows`` verify rows (one per candidate) on ``device``."""
+    ``out`` fit ``rows`` verify rows (one per candidate) on ``device``, the device of ``on``
+    (the tensor the rows are read from)."""
     check_tensor("candidates", candidates, dtypes=INDEX_DTYPES, ndim=2)
     bs, n = candidates.shape
     if n == 0:
         raise ValueError(f"candidates has empty rows: {tuple(candidates.shape)}")
     if rows != bs * n:
         raise ValueError(
-            f"logits must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), got {rows}"
+            f"{on} must have bs * n = {bs} * {n} = {bs * n} rows (one per candidate), got {rows}"
         )
+    check_on("candidates", candidates, device, on)
     if cutoff_verify_lens is not None:
         check_tensor("cutoff_verify_lens", cutoff_verify_lens, dtypes=INDEX_DTYPES, ndim=1)
         if cutoff_verify_lens.shape[0] != bs:
             raise ValueError(
                 f"cutoff_verify_lens must have shape [{bs}], got {tuple(cutoff_verify_lens.shape)}"
             )
+        check_on("cutoff_verify_lens", cutoff_verify_lens, device, on)
     if out is not None:
         if not isinstance(out, (tuple, list)) or len(out) != len(OUTPUTS):
             raise ValueError("out must be a tuple (correct_len, bonus, cap_trim_lens)")
@@ -91,19 +96,22 @@ def validate_accept_arguments(candidates, rows: int, cutoff_verify_lens, out, de
                 raise ValueError(f"{name} must be contiguous [{bs}] on {device}")
 
 
+def check_on(name: str, t: torch.Tensor, device, on: str) -> None:
+    """ValueError naming ``name`` unless ``t`` is on ``device``, ``on``'s: the kernels read
+    every tensor there, and the torch path would fail or answer on another device."""
+    if t.device != device:
+        raise ValueError(f"{name} must be on {device}, the device of {on}, got {t.device}")
+
+
 def refuse_accept_layout(candidates, device, cutoff_verify_lens) -> Admission | None:
-    """Why the accept kernels cannot read ``candidates`` and ``cutoff_verify_lens`` for logits on
-    ``device``, or None."""
-    if candidates.device != device:
-        return refuse(f"candidates on {candidates.device}, the logits on {device}")
+    """Why the accept kernels cannot read validated ``candidates`` and ``cutoff_verify_lens``
+    (on ``device``), or None."""
     if candidates.stride(1) != 1:
         return refuse("candidates last-dim stride != 1")
     if candidates.shape[1] > MAX_DRAFT_ROWS:
         return refuse(f"{candidates.shape[1]} verify rows per request > {MAX_DRAFT_ROWS}")
-    if cutoff_verify_lens is not None and (
-        cutoff_verify_lens.device != device or not cutoff_verify_lens.is_contiguous()
-    ):
-        return refuse("cutoff_verify_lens not contiguous on the logits' device")
+    if cutoff_verify_lens is not None and not cutoff_verify_lens.is_contiguous():
+        return refuse("cutoff_verify_lens not contiguous")
     return None
 
 
@@ -322,6 +330,7 @@ def accept_greedy(
     preallocated ``(int32 [bs], int64 [bs], int32 [bs])``, is written in place.
     ``admission``: this call's :func:`accept_greedy_admission`, when the caller already made it.
     """
+    check_admission(admission)
     if admission is None or not admission:
         # An admitted admission has validated these very arguments (``out`` included).
         _validate(candidates, logits, cutoff_verify_lens, out)

@@ -250,11 +250,33 @@ def max_rows(vocab: int) -> int:
     return 64 if vocab < 65536 else MAX_ADMITTED_ROWS
 
 
+ARGMAX_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+"""The floating-point dtypes ``torch.argmax`` (the fallback) takes: not float8."""
+
+
+def check_values(name: str, t: torch.Tensor) -> None:
+    """Raise ValueError naming ``name`` for a meta tensor: it holds no values, and the torch
+    path would return a meta result as if an argmax had been taken."""
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor: it holds no values to take the argmax of")
+
+
+def check_logits_dtype(name: str, t: torch.Tensor, dtypes, why: str) -> None:
+    """ValueError naming ``name`` unless ``t`` has one of ``dtypes`` (``why``: what they are)."""
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise ValueError(
+            f"{name} must be floating point of a dtype {why} ({names}), "
+            f"got {str(t.dtype).replace('torch.', '')}"
+        )
+
+
 def validate_logits(logits) -> None:
-    """Raise ValueError naming ``logits`` unless it is 2-D floating point with columns."""
+    """Raise ValueError naming ``logits`` unless it is 2-D, of a dtype ``torch.argmax`` takes,
+    with values (not meta) and columns."""
     check_tensor("logits", logits, ndim=2)
-    if not logits.dtype.is_floating_point:
-        raise ValueError(f"logits must be floating point, got {logits.dtype}")
+    check_values("logits", logits)
+    check_logits_dtype("logits", logits, ARGMAX_DTYPES, "torch.argmax takes")
     if logits.shape[1] == 0:
         raise ValueError("logits has empty rows (0 columns): argmax is undefined")
 

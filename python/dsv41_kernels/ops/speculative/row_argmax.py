@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, check_tensor, invalid
+from dsv41_kernels.admission import Admission, check_admission, check_tensor, invalid
 from dsv41_kernels.ops.speculative.argmax_plan import (
     CUDA_KERNEL_IDS,
     ArgmaxPlan,
@@ -129,6 +129,7 @@ def row_argmax(
     keeps the call allocation-free inside CUDA-graph capture. ``admission``: this call's
     :func:`row_argmax_admission`, when the caller already made it.
     """
+    check_admission(admission)
     _validate(logits, out)
     if admission is None:
         admission = admit_logits(logits)

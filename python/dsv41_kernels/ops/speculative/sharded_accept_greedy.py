@@ -14,7 +14,7 @@ predict[b, k]``; with ``cutoff_verify_lens`` it is capped at ``verify_lens - 1``
 at the capped index (a negative one wraps, as Python indexing does); out-of-range verify
 lengths as :data:`.accept_greedy.VERIFY_LENS_RULE` says. The rule is the one-GPU accept's
 (:func:`.accept_greedy.apply_accept_rule` and its torch twin). Outputs: int32, int64, int32,
-each ``[bs]``. Graph capture and workspace as in :mod:`.sharded_row_argmax`.
+each ``[bs]``. Concurrency, graph capture and scratch as in :mod:`.sharded_row_argmax`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, invalid
+from dsv41_kernels.admission import Admission, check_admission, invalid
 from dsv41_kernels.interpreter import serialized
 from dsv41_kernels.ops.speculative.accept_greedy import (
     accept_from_predictions_torch,
@@ -40,15 +40,18 @@ from dsv41_kernels.ops.speculative.sharded_row_argmax import (
     validate_gathered,
     validate_group,
     validate_shard,
+    validate_vocab,
 )
 
 
-def _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out) -> int:
-    validate_shard(local_logits, vocab_start)
+def _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out):
+    """``(vocab_start, world)``, validated."""
+    vocab_start = validate_shard(local_logits, vocab_start)
     world = validate_group(group)
-    rows = local_logits.shape[0]
-    validate_accept_arguments(candidates, rows, cutoff_verify_lens, out, local_logits.device)
-    return world
+    validate_vocab(local_logits, world)
+    rows, device = local_logits.shape[0], local_logits.device
+    validate_accept_arguments(candidates, rows, cutoff_verify_lens, out, device, "local_logits")
+    return vocab_start, world
 
 
 def _plan(candidates, device_tensor: torch.Tensor, cutoff_verify_lens, shard=None) -> Admission:
@@ -150,9 +153,10 @@ def accept_from_keys(
     """The accept from every rank's :func:`.sharded_row_argmax.shard_keys`, ``gathered_keys``
     (int64 ``[world, bs * n]``, contiguous): the second half of :func:`sharded_accept_greedy`,
     for callers that gather the keys themselves."""
+    check_admission(admission)
     validate_gathered(gathered_keys)
-    device = gathered_keys.device
-    validate_accept_arguments(candidates, gathered_keys.shape[1], cutoff_verify_lens, out, device)
+    rows, device = gathered_keys.shape[1], gathered_keys.device
+    validate_accept_arguments(candidates, rows, cutoff_verify_lens, out, device, "gathered_keys")
     if admission is None:
         admission = _plan(candidates, gathered_keys, cutoff_verify_lens)
     if candidates.shape[0] == 0:
@@ -180,10 +184,13 @@ def sharded_accept_greedy(
     ``admission``: this call's :func:`sharded_accept_greedy_admission`, when the caller already
     made it.
     """
-    world = _validate(candidates, local_logits, vocab_start, group, cutoff_verify_lens, out)
+    check_admission(admission)
+    vocab_start, world = _validate(
+        candidates, local_logits, vocab_start, group, cutoff_verify_lens, out
+    )
     if admission is None:
         admission = _plan(candidates, local_logits, cutoff_verify_lens, local_logits)
     if candidates.shape[0] == 0:
         return new_outputs(0, local_logits.device, out)
-    gathered = gather_keys(local_logits, vocab_start, group, world, admission)
-    return accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admission)
+    with gather_keys(local_logits, vocab_start, group, world, admission) as gathered:
+        return accept_from_keys_into(candidates, gathered, cutoff_verify_lens, out, admission)

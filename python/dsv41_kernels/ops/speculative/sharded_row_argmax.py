@@ -19,17 +19,21 @@ NaN, each shard's key holds its first maximum, the max over keys takes the large
 among shards tied on it, the lowest global index: the first maximum of the row. With NaN, the
 row's first NaN is the first NaN of the first shard holding one, whose key wins over every
 shard without NaN (NaN's order is the largest) and over every later shard with NaN (a larger
-index). Global indices must be below 2**32.
+index). Global indices must be below 2**32; logits fp32, bf16 or fp16 (:data:`SHARD_DTYPES`).
+A one-rank group holding no column is refused, as ``torch.argmax`` refuses an empty row
+(:func:`validate_vocab`).
 
-Graph capture: the per-row scratch (local indices, keys, gathered keys) is a workspace of
-each device and stream for up to :data:`MAX_ROWS` rows, made on the first call, which must
-come before capture (:class:`dsv41_kernels.workspace.StreamWorkspace`); with ``out`` given a
-call then allocates nothing and never syncs the host. The collective is ``torch.distributed``'s
+Concurrency and graph capture: each call borrows its own per-row scratch (local indices,
+keys, gathered keys; up to :data:`MAX_ROWS` rows) from a free list of its device and stream, so
+calls at once from several threads or streams never share one (:mod:`.shard_scratch`). Sets
+are made on eager calls, so one eager call must come before capture; with ``out`` given a call
+then allocates nothing and never syncs the host. The collective is ``torch.distributed``'s
 all-gather on ``group`` (NCCL captures into a CUDA graph; gloo serves CPU tensors).
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -37,9 +41,18 @@ import torch.distributed as dist
 import triton
 import triton.language as tl
 
-from dsv41_kernels.admission import Admission, admit, check_tensor, invalid, refuse, triton_device
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_admission,
+    check_int,
+    check_tensor,
+    invalid,
+    refuse,
+    triton_device,
+)
 from dsv41_kernels.interpreter import serialized
-from dsv41_kernels.ops.speculative.argmax_plan import admit_logits
+from dsv41_kernels.ops.speculative.argmax_plan import admit_logits, check_logits_dtype, check_values
 from dsv41_kernels.ops.speculative.argmax_reduction import (
     EMPTY_SLOT,
     MAX_ROWS,
@@ -47,7 +60,7 @@ from dsv41_kernels.ops.speculative.argmax_reduction import (
     order_key,
 )
 from dsv41_kernels.ops.speculative.row_argmax import run_row_argmax
-from dsv41_kernels.workspace import Buffer, StreamWorkspace
+from dsv41_kernels.ops.speculative.shard_scratch import ScratchPool
 
 MAX_INDEX = 2**32 - 1  # the low 32 bits of a key hold 2**32 - 1 - index
 KEY_BLOCK = 128  # rows a program of the key and merge kernels
@@ -58,19 +71,37 @@ all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_in
 and deprecates ``all_gather_into_tensor``, the only name torch 2.11 (the H200's) has."""
 
 
-def validate_shard(local_logits, vocab_start) -> None:
-    """Raise naming the argument unless ``local_logits`` is a 2-D floating-point shard (empty
-    rows allowed: a rank may hold no column) whose global indices fit below 2**32."""
+SHARD_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+"""Dtypes whose values an fp32 order key holds exactly: float64 maxima closer than fp32
+resolves would tie across ranks, and the lower index would win wrongly."""
+
+
+def validate_shard(local_logits, vocab_start) -> int:
+    """``vocab_start`` as an int; ValueError naming the argument unless ``local_logits`` is a
+    2-D shard of :data:`SHARD_DTYPES` with values (empty rows allowed: a rank may hold no
+    column) whose global indices fit below 2**32."""
     check_tensor("local_logits", local_logits, ndim=2)
-    if not local_logits.dtype.is_floating_point:
-        raise ValueError(f"local_logits must be floating point, got {local_logits.dtype}")
-    if isinstance(vocab_start, bool) or not isinstance(vocab_start, int):
-        raise TypeError(f"vocab_start must be an int, got {type(vocab_start).__name__}")
+    check_values("local_logits", local_logits)
+    check_logits_dtype("local_logits", local_logits, SHARD_DTYPES, "the fp32 keys hold exactly")
+    vocab_start = check_int("vocab_start", vocab_start)
     end = vocab_start + local_logits.shape[1]
     if vocab_start < 0 or end > MAX_INDEX + 1:
         raise ValueError(
             f"vocab_start must place the shard's columns in [0, 2**32), got columns "
             f"[{vocab_start}, {end})"
+        )
+    return vocab_start
+
+
+def validate_vocab(local_logits, world: int) -> None:
+    """ValueError naming ``local_logits`` when the group's one rank holds no column: the
+    vocabulary is empty and ``torch.argmax`` would raise. With more ranks a rank cannot see
+    that the others hold none (that takes reading the gathered keys, a host sync): the caller's
+    shards must give some rank a column, else every row reads 2**32 - 1."""
+    if world == 1 and local_logits.shape[1] == 0:
+        raise ValueError(
+            f"local_logits has no column on any rank (shape {tuple(local_logits.shape)}, a "
+            f"group of one rank): the vocabulary is empty and argmax is undefined"
         )
 
 
@@ -101,15 +132,19 @@ def validate_index_out(name: str, out, rows: int, device: torch.device) -> None:
 
 def validate_gathered(gathered_keys) -> None:
     check_tensor("gathered_keys", gathered_keys, dtypes=(torch.int64,), ndim=2)
+    if gathered_keys.is_meta:
+        raise ValueError("gathered_keys is a meta tensor: it holds no keys to merge")
     if not gathered_keys.is_contiguous():
         raise ValueError("gathered_keys must be contiguous [world, rows]")
 
 
-def _validate(local_logits, vocab_start, group, out) -> int:
-    validate_shard(local_logits, vocab_start)
+def _validate(local_logits, vocab_start, group, out) -> tuple[int, int]:
+    """``(vocab_start, world)``, validated."""
+    vocab_start = validate_shard(local_logits, vocab_start)
     world = validate_group(group)
+    validate_vocab(local_logits, world)
     validate_index_out("out", out, local_logits.shape[0], local_logits.device)
-    return world
+    return vocab_start, world
 
 
 @dataclass(frozen=True)
@@ -124,13 +159,13 @@ class KeysPlan:
 
 def admit_keys(t: torch.Tensor, rows: int, shard: torch.Tensor | None = None) -> Admission:
     """Whether the Triton key and merge kernels run for ``rows`` rows of ``t``'s device (the
-    workspace holds :data:`MAX_ROWS`), with ``shard``'s own argmax planned too (a validated
+    scratch holds :data:`MAX_ROWS`), with ``shard``'s own argmax planned too (a validated
     shard, or None); never raises, reads no values."""
     where = triton_device(t)
     if not where:
         return where
     if rows > MAX_ROWS:
-        return refuse(f"{rows} rows > {MAX_ROWS}, the per-device workspace")
+        return refuse(f"{rows} rows > {MAX_ROWS}, the rows of a call's scratch")
     argmax = None
     if shard is not None and shard.shape[0] > 0 and shard.shape[1] > 0:
         argmax = admit_logits(shard)
@@ -205,38 +240,24 @@ def decode_keys_torch(keys: torch.Tensor) -> torch.Tensor:
     return MAX_INDEX - (keys & MAX_INDEX)
 
 
-_SCRATCH = StreamWorkspace(
-    "sharded_row_argmax",
-    Buffer(MAX_ROWS, torch.int64, 0),  # local indices
-    Buffer(MAX_ROWS, torch.int64, 0),  # keys
-)
-_GATHERED: dict[int, StreamWorkspace] = {}  # world size -> the all-gathered keys' workspace
+SCRATCH = ScratchPool("sharded_row_argmax", MAX_ROWS)
+"""Each kernel-path call's own local indices, keys and gathered keys (:mod:`.shard_scratch`)."""
 
 
-def workspace(device: torch.device, world: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The per-row scratch on ``device``'s current stream: local indices and keys (int64
-    [MAX_ROWS] each), and the gathered keys of ``world`` ranks (int64 [world * MAX_ROWS]); see
-    :class:`dsv41_kernels.workspace.StreamWorkspace` (made before capture)."""
-    index, keys = _SCRATCH.get(device)
-    if world not in _GATHERED:
-        _GATHERED[world] = StreamWorkspace(
-            f"sharded_row_argmax x{world}", Buffer(world * MAX_ROWS, torch.int64, 0)
+@contextlib.contextmanager
+def call_scratch(device: torch.device, rows: int, world: int, admission: Admission):
+    """``(local_index [rows], keys [rows], gathered [world, rows])``, this call's own while the
+    block runs: views of a borrowed set on the kernel path, fresh tensors on the fallback
+    (which also serves more rows)."""
+    if not admission:
+        yield (
+            torch.empty(rows, dtype=torch.int64, device=device),
+            torch.empty(rows, dtype=torch.int64, device=device),
+            torch.empty(world, rows, dtype=torch.int64, device=device),
         )
-    (gathered,) = _GATHERED[world].get(device)
-    return index, keys, gathered
-
-
-def scratch(device: torch.device, rows: int, world: int, admission: Admission):
-    """``(local_index [rows], keys [rows], gathered [world, rows])``: views of the workspace on
-    the kernel path; fresh tensors on the fallback (which also serves more rows)."""
-    if admission:
-        index, keys, gathered = workspace(device, world)
-        return index[:rows], keys[:rows], gathered[: world * rows].view(world, rows)
-    return (
-        torch.empty(rows, dtype=torch.int64, device=device),
-        torch.empty(rows, dtype=torch.int64, device=device),
-        torch.empty(world, rows, dtype=torch.int64, device=device),
-    )
+        return
+    with SCRATCH.borrow(device, world) as (index, keys, gathered):
+        yield index[:rows], keys[:rows], gathered[: world * rows].view(world, rows)
 
 
 def compute_keys(local_logits, vocab_start, index, keys, admission: Admission) -> torch.Tensor:
@@ -279,15 +300,16 @@ def shard_keys(
     ``out`` (int64 ``[rows]``, contiguous) is written in place. ``admission``: this call's
     :func:`admit_keys`, when the caller already made it.
     """
-    validate_shard(local_logits, vocab_start)
+    check_admission(admission)
+    vocab_start = validate_shard(local_logits, vocab_start)
     rows, device = local_logits.shape[0], local_logits.device
     validate_index_out("out", out, rows, device)
     if admission is None:
         admission = admit_keys(local_logits, rows, local_logits)
     if out is None:
         out = torch.empty(rows, dtype=torch.int64, device=device)
-    index = _SCRATCH.get(device)[0][:rows] if admission else torch.empty_like(out)
-    return compute_keys(local_logits, vocab_start, index, out, admission)
+    with call_scratch(device, rows, 0, admission) as (index, _, _):
+        return compute_keys(local_logits, vocab_start, index, out, admission)
 
 
 def merge_into(gathered: torch.Tensor, out: torch.Tensor, admission: Admission) -> torch.Tensor:
@@ -310,6 +332,7 @@ def merge_keys(
 ) -> torch.Tensor:
     """The int64 ``[rows]`` global argmax from every rank's keys, ``gathered_keys``
     (int64 ``[world, rows]``, contiguous); ``out`` (int64 ``[rows]``) is written in place."""
+    check_admission(admission)
     validate_gathered(gathered_keys)
     rows = gathered_keys.shape[1]
     validate_index_out("out", out, rows, gathered_keys.device)
@@ -320,13 +343,15 @@ def merge_keys(
     return merge_into(gathered_keys, out, admission)
 
 
-def gather_keys(local_logits, vocab_start, group, world: int, admission: Admission) -> torch.Tensor:
-    """Every rank's keys, ``[world, rows]``: this rank's, all-gathered over ``group``."""
+@contextlib.contextmanager
+def gather_keys(local_logits, vocab_start, group, world: int, admission: Admission):
+    """Every rank's keys, ``[world, rows]``: this rank's, all-gathered over ``group``, in this
+    call's own scratch while the block runs."""
     rows = local_logits.shape[0]
-    index, keys, gathered = scratch(local_logits.device, rows, world, admission)
-    compute_keys(local_logits, vocab_start, index, keys, admission)
-    all_gather_into(gathered.view(-1), keys, group=group)
-    return gathered
+    with call_scratch(local_logits.device, rows, world, admission) as (index, keys, gathered):
+        compute_keys(local_logits, vocab_start, index, keys, admission)
+        all_gather_into(gathered.view(-1), keys, group=group)
+        yield gathered
 
 
 def sharded_row_argmax(
@@ -347,7 +372,8 @@ def sharded_row_argmax(
     contiguous) is written in place. ``admission``: this call's
     :func:`sharded_row_argmax_admission`, when the caller already made it.
     """
-    world = _validate(local_logits, vocab_start, group, out)
+    check_admission(admission)
+    vocab_start, world = _validate(local_logits, vocab_start, group, out)
     rows, device = local_logits.shape[0], local_logits.device
     if admission is None:
         admission = admit_keys(local_logits, rows, local_logits)
@@ -355,5 +381,5 @@ def sharded_row_argmax(
         out = torch.empty(rows, dtype=torch.int64, device=device)
     if rows == 0:
         return out
-    gathered = gather_keys(local_logits, vocab_start, group, world, admission)
-    return merge_into(gathered, out, admission)
+    with gather_keys(local_logits, vocab_start, group, world, admission) as gathered:
+        return merge_into(gathered, out, admission)
