@@ -505,3 +505,96 @@ def test_eps_takes_numpy_floats_and_refuses_bools():
     assert_bits_equal(hc_combine_norm(x, pre, weight, np.float32(1e-6)), plain)
     with pytest.raises(ValueError, match="eps must be a number, got the bool"):
         hc_combine_norm(x, pre, weight, True)
+
+
+def _outputs(m, h):
+    y = torch.empty(m, h, dtype=torch.bfloat16)
+    data = torch.empty(m, h, dtype=torch.float8_e4m3fn)
+    return y, data, torch.empty(scale_buffer_size(m, h, swizzled=True), dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_overlapping_or_shared_outputs_are_refused_on_every_path(monkeypatch, path):
+    """An out whose rows alias each other (an expand view) or outputs sharing memory: the
+    kernel would overwrite rows where the fallback raises, so every path refuses them first,
+    naming the argument (and the admission refuses them)."""
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    m, h = 4, 64
+    x, pre, weight = example_inputs(m, h, "cpu", seed=11)
+    y, data, scales = _outputs(m, h)
+    row = y[:1].expand(m, h)
+    with pytest.raises(ValueError, match="out has overlapping elements"):
+        hc_combine_norm(x, pre, weight, EPS, out=row)
+    assert not hc_combine_norm_admission(x, pre, weight, out=row)
+    one_scale = scales[:1].expand(scales.numel())
+    in_y = y.view(torch.uint8)[:, :h].view(torch.float8_e4m3fn)  # data inside y's bytes
+    for out, match in (
+        ((row, (data, scales)), "out y has overlapping elements"),
+        ((y, (data[:1].expand(m, h), scales)), "out data has overlapping elements"),
+        ((y, (data, one_scale)), "out scales has overlapping elements"),
+        ((y, (in_y, scales)), "out y and out data share memory"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            hc_combine_norm_mxfp8(x, pre, weight, EPS, out=out)
+        assert not hc_combine_norm_admission(x, pre, weight, quantize=True, out=out)
+    # An admission made without an out does not let an overlapping one through.
+    admission = hc_combine_norm_admission(x, pre, weight)
+    with pytest.raises(ValueError, match="out has overlapping elements"):
+        hc_combine_norm(x, pre, weight, EPS, out=row, admission=admission)
+    admission = hc_combine_norm_admission(x, pre, weight, quantize=True)
+    with pytest.raises(ValueError, match="out y and out data share memory"):
+        hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, (in_y, scales)), admission=admission)
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_scalars_follow_one_rule_on_every_path(monkeypatch, path):
+    """eps takes Python and NumPy numbers, never a bool; the admission's quantize takes bools."""
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=12)
+    for eps, same in (
+        (np.float64(1e-6), 1e-6),
+        (np.float32(2.0**-20), 2.0**-20),
+        (np.int64(0), 0.0),
+    ):
+        assert_bits_equal(
+            hc_combine_norm_mxfp8(x, pre, weight, eps)[0], hc_combine_norm(x, pre, weight, same)
+        )
+    for form in (hc_combine_norm, hc_combine_norm_mxfp8):
+        quantize = form is hc_combine_norm_mxfp8
+        for admission in (None, hc_combine_norm_admission(x, pre, weight, quantize=quantize)):
+            with pytest.raises(ValueError, match="eps must be a number, got the bool"):
+                form(x, pre, weight, np.bool_(True), admission=admission)
+    flag = hc_combine_norm_admission(x, pre, weight, quantize=np.bool_(True))
+    assert flag.ok == hc_combine_norm_admission(x, pre, weight, quantize=True).ok
+    verdict = hc_combine_norm_admission(x, pre, weight, quantize=1)
+    assert not verdict and "quantize must be a bool" in verdict.reason
+
+
+def test_tensors_on_another_device_or_meta_are_named():
+    """Every tensor on x's device, and x with data: a meta x is refused, never "computed"."""
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=13)
+    meta = [t.to("meta") for t in (x, pre, weight)]
+    for form in (hc_combine_norm, hc_combine_norm_mxfp8):
+        with pytest.raises(ValueError, match="x is a meta tensor"):
+            form(*meta, EPS)
+        for i, name in ((1, "pre"), (2, "weight")):
+            args = [x, pre, weight]
+            args[i] = meta[i]
+            with pytest.raises(ValueError, match=f"{name} is on meta, x on cpu"):
+                form(*args, EPS)
+    assert not hc_combine_norm_admission(*meta)
+    y, data, scales = _outputs(3, 64)
+    with pytest.raises(ValueError, match="out must be"):
+        hc_combine_norm(x, pre, weight, EPS, out=y.to("meta"))
+    with pytest.raises(ValueError, match="out scales must be"):
+        hc_combine_norm_mxfp8(x, pre, weight, EPS, out=(y, (data, scales.to("meta"))))
+
+
+def test_admission_must_be_an_admission():
+    x, pre, weight = example_inputs(3, 64, "cpu", seed=14)
+    for form in (hc_combine_norm, hc_combine_norm_mxfp8):
+        for admission in ("kernel", True):
+            with pytest.raises(TypeError, match="admission must be an Admission"):
+                form(x, pre, weight, EPS, admission=admission)

@@ -389,6 +389,100 @@ def test_batch_invariant_mode_is_independent_of_batch_and_position():
         assert_rows_equal([t[5:] for t in full], [t[:65] for t in shifted])
 
 
+def _fallback(monkeypatch, forced: str):
+    """The device and x dtype that take the torch fallback: no Triton device (CPU tensors with
+    the interpreter off) or fp32 x (the kernels read bf16)."""
+    if forced == "no Triton device":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+        return "cpu", torch.bfloat16
+    return DEVICE, torch.float32
+
+
+@pytest.mark.parametrize("forced", ["no Triton device", "fp32 x"])
+def test_batch_invariant_fallback_is_independent_of_batch_and_position(monkeypatch, forced):
+    """The torch fallback keeps the mode's contract: a row's bits depend on neither the batch's
+    size, nor its other rows, nor the row's place; every row within the stated tolerances."""
+    device, dtype = _fallback(monkeypatch, forced)
+    x, fn, scale, base = example_inputs(40, 256, device=device, seed=21)
+    x = x.to(dtype)
+    holder = HcDerivedWeights(fn)
+    assert not hc_mix_stats_admission(x, holder, "batch_invariant")
+    run = lambda rows: hc_mix_stats(
+        rows, holder, scale, base, mode="batch_invariant", return_mix=True
+    )
+    full = run(x)
+    assert stats_mismatches(full, reference_with_mix(x, fn, scale, base), scale) == 0
+    for batch in (20, 40):
+        whole = run(x[:batch])
+        for start, stop in ((7, 9), (0, 1), (batch - 1, batch), (3, 17)):
+            assert_rows_equal([t[start:stop] for t in whole], run(x[start:stop].clone()))
+        assert_rows_equal([t[:batch] for t in full], whole)
+    shifted = run(torch.cat([x[5:], x[:5]]))  # every row at another place
+    assert_rows_equal([t[5:] for t in full], [t[:35] for t in shifted])
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_scale_and_base_must_have_their_documented_shapes(monkeypatch, path):
+    """``scale [3]`` and ``base [24]`` exactly, on every path (a ``[1, 3]`` scale has the right
+    number of elements but the fallback would broadcast it)."""
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    for bad, match in (
+        ({"scale": scale.view(1, 3)}, r"scale must be \[3\], got \(1, 3\)"),
+        ({"scale": scale[:2]}, r"scale must be \[3\]"),
+        ({"base": base.view(1, 24)}, r"base must be \[24\], got \(1, 24\)"),
+        ({"base": base.view(4, 6)}, r"base must be \[24\]"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            hc_mix_stats(x, fn, **{"scale": scale, "base": base, **bad})
+
+
+@pytest.mark.parametrize("path", ["kernel", "fallback"])
+def test_scalars_follow_one_rule_on_every_path(monkeypatch, path):
+    """NumPy ints are ints; a bool or a float where an int is expected is refused; the mode is
+    checked even when the caller passes its admission (the plan decides the path)."""
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    x, fn, scale, base = example_inputs(5, 16, device="cpu", seed=2)
+    plain = hc_mix_stats(x, fn, scale, base, iters=7)
+    assert_rows_equal(plain, hc_mix_stats(x, fn, scale, base, iters=np.int64(7)))
+    for iters, match in (
+        (True, "iters must be an int, got the bool"),
+        (7.0, "iters must be an int"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            hc_mix_stats(x, fn, scale, base, iters=iters)
+    assert len(hc_mix_stats(x, fn, scale, base, return_mix=np.bool_(True))) == 4
+    admission = hc_mix_stats_admission(x, fn)
+    for mode in ("fast", 1, None):
+        with pytest.raises(ValueError, match="mode must be one of"):
+            hc_mix_stats(x, fn, scale, base, mode=mode, admission=admission)
+
+
+def test_tensors_on_another_device_or_meta_are_named():
+    """Every tensor on x's device, and x with data: a meta x is refused, never "computed"."""
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    meta = [t.to("meta") for t in (x, fn, scale, base)]
+    with pytest.raises(ValueError, match="x is a meta tensor"):
+        hc_mix_stats(*meta)
+    assert not hc_mix_stats_admission(meta[0], meta[1])
+    for i, name in enumerate(("weights", "scale", "base")):
+        args = [x, fn, scale, base]
+        args[i + 1] = meta[i + 1]
+        with pytest.raises(ValueError, match=f"{name} is on meta, x on cpu"):
+            hc_mix_stats(*args)
+    with pytest.raises(ValueError, match="weights is on meta, x on cpu"):
+        hc_mix_stats(x, HcDerivedWeights(meta[1]), scale, base)
+
+
+def test_admission_must_be_an_admission():
+    x, fn, scale, base = example_inputs(4, 16, device="cpu")
+    for admission in ("kernel", True, 1):
+        with pytest.raises(TypeError, match="admission must be an Admission"):
+            hc_mix_stats(x, fn, scale, base, admission=admission)
+
+
 # ---- GPU tier (H200) -----------------------------------------------------------------------
 
 GPU_ROWS = [1, 6, 64, 128, 1024, 4096]

@@ -64,8 +64,10 @@ import torch
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_flag,
     check_float,
+    check_outputs,
     check_tensor,
     invalid,
     refuse,
@@ -97,6 +99,8 @@ def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, in
     returns ``(m, H, eps)``, ``eps`` a Python float. ``out``: y, or ``(y, (data, scales))`` with
     ``quantize``."""
     check_tensor("x", x, dtypes=(torch.bfloat16,), ndim=2)
+    if x.is_meta:  # the fallback would "compute" a meta y from no data
+        raise ValueError("x is a meta tensor: the norm needs its values")
     m, width = x.shape
     if width % HC_MULT or width == 0:
         raise ValueError(f"x must be [m, {HC_MULT}*H] with H > 0, got {tuple(x.shape)}")
@@ -117,6 +121,7 @@ def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, in
         return m, h, eps
     if not quantize:
         _check_out("out", out, (m, h), torch.bfloat16, x.device)
+        check_outputs({"out": out})
         return m, h, eps
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise ValueError(f"out must be (y, (data, scales)), got {_structure(out)}")
@@ -128,6 +133,7 @@ def _validate(x, pre, weight, eps, *, quantize: bool, out=None) -> tuple[int, in
     _check_out("out data", data, (m, h), torch.float8_e4m3fn, x.device)
     size = scale_buffer_size(m, h, swizzled=True)
     _check_out("out scales", scales, (size,), torch.uint8, x.device)
+    check_outputs({"out y": y, "out data": data, "out scales": scales})
     return m, h, eps
 
 
@@ -222,11 +228,13 @@ def hc_combine_norm(
     with this ``out``), when the caller already made it: its plan is what runs, and an
     admitted one is not validated again.
     """
+    admission = check_admission(admission)
     if admission is None or not admission:
         m, h, eps = _validate(x, pre, weight, eps, quantize=False, out=out)
         admission = _plan(x, weight, out, None, quantize=False) if admission is None else admission
-    else:  # the admission checked the tensors, not eps
+    else:  # the admission checked the tensors, not eps, nor an out it was not made with
         m, h, eps = x.shape[0], x.shape[1] // HC_MULT, check_float("eps", eps, low=0.0)
+        check_outputs({"out": out})
     if out is None:
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
     if m == 0:
@@ -256,6 +264,7 @@ def hc_combine_norm_mxfp8(
     quantize=True)`` (made with this ``out``), when the caller already made it: its plan is
     what runs, and an admitted one is not validated again.
     """
+    admission = check_admission(admission)
     if admission is None or not admission:
         m, h, eps = _validate(x, pre, weight, eps, quantize=True, out=out)
     else:  # the admission checked the tensors, not eps
@@ -268,6 +277,8 @@ def hc_combine_norm_mxfp8(
         )
     else:
         y, quantized = out[0], Mxfp8SwizzledInput(*out[1])
+        # On every path (an admitted call skips _validate): aliased outputs would lose rows.
+        check_outputs({"out y": y, "out data": quantized.data, "out scales": quantized.scales})
     if admission is None:
         given = (y, quantized) if out is not None else (None, None)
         admission = _plan(x, weight, *given, quantize=True)

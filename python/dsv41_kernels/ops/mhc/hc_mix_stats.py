@@ -30,7 +30,8 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
   is zero), K cut into up to 128 slices so a handful of rows fills the machine.
 - ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
-  count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch.
+  count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch. Its
+  torch fallback keeps that contract by computing each row alone (:func:`fallback`).
 
 The admission chooses the path, the projection's kernel and the launch shape once, as a
 :class:`~.hc_mix_stats_plan.MixStatsPlan` (``Admission.plan``); its ``kernel`` names the path and
@@ -55,6 +56,7 @@ import torch
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_flag,
     check_float,
     check_int,
@@ -89,32 +91,40 @@ running for hours."""
 MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection (fused or not)
 
 
-def _validate_inputs(x, weights, mode) -> None:
+def _check_mode(mode) -> None:
     if not (isinstance(mode, str) and mode in MODES):
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+
+
+def _on_device_of_x(name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+
+
+def _validate_inputs(x, weights, mode) -> None:
+    _check_mode(mode)
     check_tensor("x", x, dtypes=(torch.bfloat16, torch.float16, torch.float32))
     if x.dim() not in (2, 3) or (x.dim() == 3 and x.shape[1] != HC_MULT):
         raise ValueError(f"x must be [m, 4H] or [m, 4, H], got shape {tuple(x.shape)}")
+    if x.is_meta:  # the fallback would "compute" meta outputs from no data
+        raise ValueError("x is a meta tensor: the statistics need its values")
     k = x.flatten(1).shape[1]
     fn = weights.fn if isinstance(weights, HcDerivedWeights) else weights
     check_tensor("weights", fn, dtypes=(torch.float32,), ndim=2)
     if fn.shape != (HC_MIX, k):
         raise ValueError(f"weights must be [{HC_MIX}, {k}], got {tuple(fn.shape)}")
-    if fn.device != x.device:
-        raise ValueError(f"weights is on {fn.device}, x on {x.device}")
+    _on_device_of_x("weights", fn, x)
 
 
 def _validate_gates(x, scale, base, scalars: dict) -> dict:
     """What the admission does not see (``x`` already checked): raise ValueError naming the
     argument; returns ``scalars`` (``iters``, ``rms_eps``, ``eps``, ``post_mult``) as Python
     numbers."""
-    check_tensor("scale", scale, dtypes=(torch.float32,))
-    check_tensor("base", base, dtypes=(torch.float32,))
-    if scale.numel() != 3 or base.numel() != HC_MIX:
-        raise ValueError(f"scale must have 3 and base {HC_MIX} elements")
-    for name, t in (("scale", scale), ("base", base)):
-        if t.device != x.device:
-            raise ValueError(f"{name} is on {t.device}, x on {x.device}")
+    for name, t, size in (("scale", scale, 3), ("base", base, HC_MIX)):
+        check_tensor(name, t, dtypes=(torch.float32,))
+        if tuple(t.shape) != (size,):
+            raise ValueError(f"{name} must be [{size}], got {tuple(t.shape)}")
+        _on_device_of_x(name, t, x)
     return {
         "iters": check_int("iters", scalars["iters"], low=1, high=MAX_SINKHORN_ITERS),
         **{name: check_float(name, scalars[name]) for name in ("rms_eps", "eps", "post_mult")},
@@ -195,33 +205,47 @@ def hc_mix_stats(
         admission: this call's :func:`hc_mix_stats_admission`, when the caller already made it:
             its plan is what runs, and an admitted one is not validated again.
 
-    Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead.
+    Without a Triton device (or with non-bf16 ``x``) the fp32 torch composition runs instead,
+    one row at a time in the ``batch_invariant`` mode (the same bits whatever the batch).
     """
+    admission = check_admission(admission)
     holder = weights if isinstance(weights, HcDerivedWeights) else None
     fn = holder.fn if holder else weights
     if admission is None or not admission:
         _validate_inputs(x, weights, mode)
         admission = _plan(x, fn, holder is not None, mode) if admission is None else admission
+    else:  # an admitted plan decides the path; the mode is still checked on every path
+        _check_mode(mode)
     scalars = {"iters": iters, "rms_eps": rms_eps, "eps": eps, "post_mult": post_mult}
     scalars = _validate_gates(x, scale, base, scalars)
     return_mix = check_flag("return_mix", return_mix)
     x2d = x.flatten(1)
     lo = holder.require_active() if holder else None
     if not admission:
-        mix = hc_mix(x2d, fn, rms_eps=scalars["rms_eps"], dtype=torch.float32)
-        stats = hc_gates(
-            mix,
-            scale,
-            base,
-            iters=scalars["iters"],
-            eps=scalars["eps"],
-            post_mult=scalars["post_mult"],
-        )
-        return (*stats, mix) if return_mix else stats
+        outputs = fallback(x2d, fn, scale, base, **scalars, row_by_row=mode == "batch_invariant")
+        return outputs if return_mix else outputs[:3]
     plan = admission.plan
     if plan.numerics is Numerics.COMPENSATED and lo is None:
         lo = tf32_residual(fn)  # only compensated reads lo; tf32x3 splits fn in registers
     return launch(x2d, fn, lo, scale, base, plan, **scalars, return_mix=return_mix)
+
+
+def fallback(x2d, fn, scale, base, *, iters, rms_eps, eps, post_mult, row_by_row: bool):
+    """The fp32 torch composition: ``(pre, post, comb, mix)``. ``row_by_row`` (the
+    batch-invariant mode) computes each row alone from its own fresh copy, so the BLAS
+    product's blocking, a reduction's split over threads and the vector loops' scalar tails
+    (which round some elements differently) see the same shape and alignment whatever the
+    batch: a row's bits depend on the row only. One row at a time, so slow for large batches."""
+
+    def rows(x_rows):
+        mix = hc_mix(x_rows, fn, rms_eps=rms_eps, dtype=torch.float32)
+        return (*hc_gates(mix, scale, base, iters=iters, eps=eps, post_mult=post_mult), mix)
+
+    m = x2d.shape[0]
+    if not row_by_row or m == 0:
+        return rows(x2d)
+    alone = [rows(x2d[i : i + 1].clone(memory_format=torch.contiguous_format)) for i in range(m)]
+    return tuple(torch.cat(parts) for parts in zip(*alone, strict=True))
 
 
 def launch(
