@@ -146,6 +146,8 @@ def inverse_rope_quant_fp8(
     """SGLang's chain on ``o [T, H, head_dim]``: ``(o_fp8 [T, G, D], o_scales [T, G, D /
     group_size], rotated o [T, H, head_dim])`` with ``G = o_groups``."""
     rotated = inverse_rope(o, freqs_cis, positions)
-    t = o.shape[0]
-    codes, scales = group_quant_fp8(rotated.reshape(t, o_groups, -1), group_size)
+    tokens, heads, head_dim = o.shape
+    # The width spelled out: reshape cannot infer a -1 from zero tokens.
+    grouped = rotated.reshape(tokens, o_groups, heads * head_dim // o_groups)
+    codes, scales = group_quant_fp8(grouped, group_size)
     return codes, scales, rotated

@@ -278,6 +278,89 @@ def test_bad_arguments_raise(change, name):
     assert not verdict and name in verdict.reason and verdict.reason.startswith("invalid")
 
 
+INT32_MAX = 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    "fields, b, parts, names",
+    [
+        # The main part rounded up to a whole block: topk + block_size_n - 1.
+        (dict(topk=INT32_MAX, extra_topk=INT32_MAX), 1, 1, ("topk", "block_size_n")),
+        (dict(topk=INT32_MAX, extra_topk=1, block_size_n=1), 1, 1, ("topk", "extra_topk")),
+        # That rounded part plus the extra part.
+        (dict(topk=2**31 - 64, extra_topk=64), 1, 1, ("topk", "extra_topk")),
+        # The batch's cost: batch_size * (blocks a request + the overhead).
+        (dict(topk=2**30, block_size_n=1), 2, 1, ("batch_size", "fixed_overhead_num_blocks")),
+        (dict(topk=1, fixed_overhead_num_blocks=INT32_MAX), 1, 1, ("fixed_overhead_num_blocks",)),
+        (dict(topk=-1, fixed_overhead_num_blocks=2**30), 2, 1, ("batch_size",)),
+        # The cost rounded up over the partitions, and the payload (that plus the overhead).
+        (
+            dict(topk=INT32_MAX, block_size_n=1, fixed_overhead_num_blocks=0),
+            1,
+            2,
+            ("num_sm_parts",),
+        ),
+        (dict(topk=1, fixed_overhead_num_blocks=2**30), 1, 1, ("payload",)),
+    ],
+)
+def test_fields_that_overflow_int32_together_are_refused(fields, b, parts, names):
+    """Each field fits int32, their sum or product in the kernels does not: a ValueError naming
+    the fields, from the op (either path), its admission and the holder, before any launch."""
+    config = DecodingSchedConfig(**{"topk": 1} | fields)
+    for where in ("cpu", "cuda"):  # the fallback's call, and the kernel's (its admission)
+        meta, splits = outputs(b, parts)
+        if where == "cuda":
+            meta, splits = on_cuda(meta), on_cuda(splits)
+        lengths = {"seqlens_k": torch.ones(b, dtype=torch.int32)} if config.topk == -1 else {}
+        verdict = decoding_sched_meta_admission(meta, splits, config, **lengths)
+        assert not verdict and "overflows int32" in verdict.reason
+        assert all(name in verdict.reason for name in names), verdict.reason
+    with pytest.raises(ValueError, match="overflows int32") as raised:
+        decoding_sched_meta(*outputs(b, parts), config, **lengths)
+    assert all(name in str(raised.value) for name in names), raised.value
+    with pytest.raises(ValueError, match="overflows int32"):
+        DecodingSchedMeta.empty(batch_size=b, num_sm_parts=parts, device="cpu", config=config)
+
+
+def test_fields_at_the_int32_edge_are_taken():
+    """The largest sums that fit: the reference schedules them (the kernels' int32 holds)."""
+    config = DecodingSchedConfig(topk=2**31 - 64 - 63, extra_topk=63, fixed_overhead_num_blocks=0)
+    meta, splits = decoding_sched_meta(*outputs(1, 1), config)
+    assert splits.tolist() == [0, 1] and meta[0, :4].tolist() == [0, 0, 0, 2**25]
+
+
+def test_overlapping_outputs_are_refused():
+    """The schedule's two buffers are outputs: neither may address one element twice, and they
+    may not share memory (the in-place kernel stages in num_splits)."""
+    meta, splits = outputs(4, 22)
+    for args, match in (
+        ((meta[:1].expand(22, 8), splits), "^tile_scheduler_metadata has overlapping"),
+        ((meta, splits[:1].expand(5)), "^num_splits has overlapping"),
+        ((meta, meta.view(-1)[:5]), "tile_scheduler_metadata and num_splits share memory"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            decoding_sched_meta(*args, SPARSE_CONFIG)
+        assert not decoding_sched_meta_admission(*args, SPARSE_CONFIG)
+
+
+def test_schedule_takes_only_the_lengths():
+    """An unknown keyword raises TypeError on every call, not only the step's first."""
+    sched = DecodingSchedMeta.empty(
+        batch_size=2, num_sm_parts=6, device="cpu", config=DecodingSchedConfig(topk=512)
+    )
+    with pytest.raises(TypeError, match="bogus"):
+        sched.schedule(bogus=1)
+    sched.schedule()
+    assert sched.computed
+    with pytest.raises(TypeError, match="bogus"):
+        sched.schedule(bogus=1)
+
+
+def test_admission_must_be_an_admission():
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        decoding_sched_meta(*outputs(4, 22), SPARSE_CONFIG, admission="kernel")
+
+
 def test_baseline_needs_cuda():
     with pytest.raises(ValueError, match="kernel path"):
         baseline_decoding_sched_meta(*outputs(4, 22), SPARSE_CONFIG)
@@ -587,6 +670,14 @@ def test_numpy_integers_are_ints_and_bools_are_not():
         assert field in decoding_sched_meta_admission(*outputs(4, 22), config).reason
     with pytest.raises(ValueError, match="s_q must be an int"):
         num_sm_parts(num_sms=132, s_q=True, h_q=64, arch_major=9)
+
+
+def test_fixed_overhead_takes_the_scalar_rule():
+    assert fixed_overhead_num_blocks(arch_major=np.int64(10), h_q=np.int32(128), d_qk=512) == 3
+    for bad in (dict(arch_major=10.0), dict(h_q=True), dict(d_qk="512")):
+        args = dict(arch_major=10, h_q=128, d_qk=512) | bad
+        with pytest.raises(ValueError, match=f"^{next(iter(bad))} must be an int"):
+            fixed_overhead_num_blocks(**args)
 
 
 @pytest.mark.parametrize("device", ["cpu", torch.device("cpu"), "meta", "nonsense", 2.5])

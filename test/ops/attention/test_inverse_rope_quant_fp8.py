@@ -421,6 +421,144 @@ def test_bad_input_raises_value_error_naming_the_argument(index):
     assert not verdict and verdict.reason.startswith("invalid arguments")
 
 
+# ---- one rule on every path: empty input, scalars, outputs, the admission --------------------
+
+
+@pytest.fixture(params=["kernel", "fallback"])
+def path(request, monkeypatch):
+    """The kernel's path (the interpreter on CPU) or the fallback's (the interpreter off, so
+    the admission refuses CPU tensors)."""
+    if request.param == "kernel" and not (
+        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
+    ):
+        pytest.skip("no Triton device: the fallback's case covers it")
+    if request.param == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    return request.param
+
+
+@pytest.mark.parametrize("rotate_o", [False, True])
+def test_no_tokens_give_empty_outputs_on_every_path(path, rotate_o):
+    """Zero tokens: the outputs' shapes and dtypes as for any other count, from the kernel's
+    path, the fallback and the reference alike."""
+    call = attention_output(0, 4, o_groups=2, seed=6)
+    codes, scales = inverse_rope_quant_fp8(
+        call.o, call.freqs_cis, call.positions, o_groups=2, group_size=64, rotate_o=rotate_o
+    )
+    assert codes.shape == (0, 2, 1024) and codes.dtype == torch.float8_e4m3fn
+    assert scales.shape == (0, 2, 16) and scales.dtype == torch.float32
+    ref_codes, ref_scales, rotated = reference(
+        call.o, call.freqs_cis, call.positions, o_groups=2, group_size=64
+    )
+    assert (ref_codes.shape, ref_codes.dtype) == (codes.shape, codes.dtype)
+    assert (ref_scales.shape, ref_scales.dtype) == (scales.shape, scales.dtype)
+    assert rotated.shape == call.o.shape and rotated.dtype == torch.bfloat16
+
+
+def _bad_scalars():
+    return [
+        (dict(group_size=128.0), "^group_size must be an int"),
+        (dict(group_size=True), "^group_size must be an int, got the bool"),
+        (dict(group_size="32"), "^group_size must be an int"),
+        (dict(o_groups=True), "^o_groups must be an int, got the bool"),
+        (dict(o_groups=2.0), "^o_groups must be an int"),
+        (dict(rotate_o="no"), "^rotate_o must be a bool"),
+        (dict(rotate_o=1), "^rotate_o must be a bool"),
+        (dict(tables_ready="yes"), "^tables_ready must be a bool"),
+        (dict(tables_ready=None), "^tables_ready must be a bool"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_bad_scalars())))
+@pytest.mark.parametrize("given", [False, True], ids=["own admission", "caller's admission"])
+def test_scalars_are_checked_on_every_path(index, path, given):
+    """The one scalar rule, with or without a caller's admission (an admitted one spares the
+    tensor checks only); the admission refuses what the op refuses."""
+    call = attention_output(2, 4, o_groups=2, seed=8)
+    change, match = _bad_scalars()[index]
+    kwargs = dict(o_groups=2, group_size=32) | change
+    admission = None
+    if given:
+        admission = inverse_rope_quant_fp8_admission(
+            call.o, call.freqs_cis, call.positions, o_groups=2, group_size=32
+        )
+        assert bool(admission) == (path == "kernel" or call.o.is_cuda)
+    with pytest.raises(ValueError, match=match):
+        inverse_rope_quant_fp8(
+            call.o, call.freqs_cis, call.positions, **kwargs, admission=admission
+        )
+    if not set(change) & {"rotate_o", "tables_ready"}:
+        verdict = inverse_rope_quant_fp8_admission(call.o, call.freqs_cis, call.positions, **kwargs)
+        assert not verdict and verdict.reason.startswith("invalid arguments")
+
+
+@needs_kernel
+@pytest.mark.parametrize("given", [False, True], ids=["own admission", "caller's admission"])
+def test_numpy_scalars_reach_the_kernel_as_python_ints(monkeypatch, given):
+    """``group_size=np.int64(128)`` broke the interpreter: every path takes NumPy integers and
+    the launcher gets Python ints."""
+    import numpy as np
+
+    seen = {}
+    launch_triton = op.launch_triton
+    monkeypatch.setattr(
+        op, "launch_triton", lambda *a, **k: seen.update(k) or launch_triton(*a, **k)
+    )
+    call = attention_output(2, 4, o_groups=2, seed=8)
+    admission = None
+    if given:
+        admission = forced(TRITON, call.o, group_size=32)
+    codes, scales = inverse_rope_quant_fp8(
+        call.o, call.freqs_cis, call.positions, o_groups=np.int64(2), group_size=np.int32(32),
+        rotate_o=np.bool_(False), admission=admission,
+    )  # fmt: skip
+    ref_codes, ref_scales, _ = reference(
+        call.o, call.freqs_cis, call.positions, o_groups=2, group_size=32
+    )
+    assert torch.equal(bits_of(codes), bits_of(ref_codes)) and torch.equal(scales, ref_scales)
+    if seen:
+        assert type(seen["group_size"]) is int and type(seen["rotate_o"]) is bool
+
+
+def _overlapping_outputs():
+    call = attention_output(2, 4, o_groups=2, seed=8)
+    codes = torch.empty(2, 2, 1024, dtype=torch.float8_e4m3fn)
+    in_codes = codes.view(torch.uint8).view(-1)[:128].view(torch.float32).view(2, 2, 8)
+    heads = call.o[:, :1].expand(2, 4, HEAD_DIM)
+    return call, [
+        (dict(out=(codes, in_codes)), r"^out\[0\] and out\[1\] share memory"),
+        (dict(o=heads, rotate_o=True), "^o has overlapping elements"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_overlapping_outputs()[1])))
+def test_overlapping_outputs_are_refused_on_every_path(index, path):
+    """Outputs the call writes (``out`` and, with ``rotate_o``, ``o``) must own their elements
+    and not share them: the kernel would overwrite one with another."""
+    call, cases = _overlapping_outputs()
+    change, match = cases[index]
+    args = dict(o=call.o, o_groups=2) | change
+    with pytest.raises(ValueError, match=match):
+        inverse_rope_quant_fp8(args.pop("o"), call.freqs_cis, call.positions, **args)
+
+
+def test_expanded_o_is_read_when_not_rotated(path):
+    """Without ``rotate_o``, ``o`` is only read: an expanded view is a valid input."""
+    call = attention_output(2, 4, o_groups=2, seed=8)
+    heads = call.o[:, :1].expand(2, 4, HEAD_DIM)
+    codes, scales = inverse_rope_quant_fp8(heads, call.freqs_cis, call.positions, o_groups=2)
+    ref_codes, ref_scales, _ = reference(heads, call.freqs_cis, call.positions, o_groups=2)
+    assert torch.equal(bits_of(codes), bits_of(ref_codes)) and torch.equal(scales, ref_scales)
+
+
+def test_admission_must_be_an_admission():
+    call = attention_output(2, 4, o_groups=2, seed=8)
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        inverse_rope_quant_fp8(
+            call.o, call.freqs_cis, call.positions, o_groups=2, admission="kernel"
+        )
+
+
 def test_rcp_model_is_the_other_neighbour_where_it_steps():
     """The model of ``rcp.approx.ftz``: the correctly rounded reciprocal, except on the measured
     significands, where it is the other fp32 neighbour of the exact value (a faithful rounding,

@@ -439,6 +439,118 @@ def test_cuda_layout():
     assert warp_layout_tokens_per_cta(5, 1) == 8
 
 
+# ---- one rule on every path: outputs, devices, scalars, the admission --------------------
+
+
+@pytest.fixture(params=["kernel", "fallback"])
+def path(request, monkeypatch):
+    """Each refusal below holds on both paths: the kernel's (the interpreter on CPU) and the
+    torch fallback's (the interpreter switched off, so the admission refuses CPU tensors)."""
+    if request.param == "kernel" and not (
+        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
+    ):
+        pytest.skip("no Triton device: the fallback's case covers it")
+    if request.param == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    return request.param
+
+
+def _overlapping_outputs():
+    weights, ids = torch.empty(4, 3), torch.empty(4, 3, dtype=torch.int32)
+    row = torch.empty(1, 3, dtype=torch.int32)
+    return [
+        (dict(out_weights=torch.empty(1, 3).expand(4, 3)), "^out_weights has overlapping"),
+        (dict(out_ids=row.expand(4, 3)), "^out_ids has overlapping"),
+        (dict(packed_out=row.expand(4, 3)), "^packed_out has overlapping"),
+        (dict(out_weights=weights, out_ids=weights.view(torch.int32)), "out_weights and out_ids"),
+        (dict(out_ids=ids, packed_out=ids), "packed_out and out_ids"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_overlapping_outputs())))
+def test_overlapping_outputs_are_refused_on_every_path(index, path):
+    """An expanded output made the kernel overwrite rows where the fallback raised from torch."""
+    change, match = _overlapping_outputs()[index]
+    logits, bias = torch.randn(4, 16), torch.zeros(16)
+    with pytest.raises(ValueError, match=match):
+        moe_fused_gate(logits, bias, top_k=3, **change)
+
+
+def _elsewhere():
+    meta = dict(device="meta")
+    ids = torch.full((4,), IMAGE)
+    vision = dict(bias_alt=torch.zeros(16), input_ids=ids, image_token_id=IMAGE)
+    return [
+        (dict(bias=torch.zeros(16, **meta)), "^bias must be on logits' device"),
+        (vision | dict(bias_alt=torch.zeros(16, **meta)), "^bias_alt must be on"),
+        (vision | dict(input_ids=ids.to("meta")), "^input_ids must be on"),
+        (dict(num_token_non_padded=torch.tensor(2, **meta)), "^num_token_non_padded must be on"),
+        (dict(out_weights=torch.empty(4, 3, **meta)), "^out_weights must be on"),
+        (dict(out_ids=torch.empty(4, 3, dtype=torch.int32, **meta)), "^out_ids must be on"),
+        (dict(packed_out=torch.empty(4, 3, dtype=torch.int32, **meta)), "^packed_out must be on"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_elsewhere())))
+def test_tensors_on_another_device_are_refused_on_every_path(index, path):
+    """Never a torch device error from inside, nor a fallback that "succeeds" into a meta
+    output: a ValueError naming the tensor, before dispatch."""
+    change, match = _elsewhere()[index]
+    kwargs = dict(logits=torch.randn(4, 16), bias=torch.zeros(16), top_k=3) | change
+    with pytest.raises(ValueError, match=match):
+        moe_fused_gate(**kwargs)
+    inputs = {"logits", "bias", "bias_alt", "input_ids", "image_token_id", "top_k"}
+    admitted = moe_fused_gate_admission(
+        **{k: v for k, v in kwargs.items() if k in inputs | {"num_token_non_padded"}}
+    )
+    if set(change) & {"bias", "bias_alt", "input_ids", "num_token_non_padded"}:
+        assert not admitted and "must be on logits' device" in admitted.reason
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(image_token_id=True), "image_token_id must be an int, got the bool"),
+        (dict(image_token_id=float(IMAGE)), "image_token_id must be an int"),
+        (dict(num_token_non_padded=True), "num_token_non_padded must be an int"),
+        (dict(num_token_non_padded=2.0), "num_token_non_padded must be an int"),
+        (dict(num_token_non_padded=2**63), "num_token_non_padded must be in"),
+    ],
+)
+def test_scalars_are_checked_with_an_admitted_admission(kwargs, match):
+    """A caller's admission spares the tensor checks, never the scalar rule."""
+    logits, bias, bias_alt = torch.randn(4, 16), torch.zeros(16), torch.zeros(16)
+    vision = dict(bias_alt=bias_alt, input_ids=torch.full((4,), IMAGE), image_token_id=IMAGE)
+    admission = admit("triton", "forced by the test", plan=triton_plan(logits, 3))
+    with pytest.raises(ValueError, match=match):
+        moe_fused_gate(logits, bias, top_k=3, **(vision | kwargs), admission=admission)
+
+
+def test_the_kernel_is_given_python_ints(monkeypatch):
+    """NumPy scalars reach Triton and CUDA as Python ints, with a caller's admission too."""
+    import dsv41_kernels.ops.moe.moe_fused_gate as op
+
+    seen = {}
+    monkeypatch.setattr(op, "launch_triton", lambda *args, **kwargs: seen.update(kwargs))
+    logits, bias = torch.randn(4, 16), torch.zeros(16)
+    vision = dict(bias_alt=torch.zeros(16), input_ids=torch.full((4,), IMAGE))
+    admission = admit("triton", "forced by the test", plan=triton_plan(logits, 3))
+    for given in (None, admission):
+        seen.clear()
+        moe_fused_gate(
+            logits, bias, **vision, image_token_id=np.int64(IMAGE), top_k=np.int32(3),
+            num_token_non_padded=np.int64(2), admission=given,
+        )  # fmt: skip
+        if given is not None or interpreter.RUNS_IN_INTERPRETER:  # else the fallback ran
+            assert type(seen["image_token_id"]) is int and type(seen["valid_rows"]) is int
+
+
+def test_admission_must_be_an_admission():
+    logits, bias = torch.randn(4, 16), torch.zeros(16)
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        moe_fused_gate(logits, bias, top_k=3, admission="kernel")
+
+
 # ---- GPU tier ------------------------------------------------------------------------------
 # Triton compiles its kernel once per set of constexprs and specializations (E, routing, logits
 # and ids dtypes, bias_alt or not, padding as an int or a tensor, packed or not, one wave or

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import dsv41_kernels.reference.moe_fused_gate as reference
+from dsv41_kernels import interpreter
 from dsv41_kernels.ops.moe.pack_topk import PackTopkPlan, pack_topk, pack_topk_admission
 from test.machine import needs_kernel
 
@@ -65,6 +66,35 @@ def test_pack_topk_bad_input():
         pack_topk(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="^ids"):
         pack_topk(torch.zeros(2, 3), torch.zeros(2, 3))
+
+
+@pytest.fixture(params=["kernel", "fallback"])
+def path(request, monkeypatch):
+    """The kernel's path (the interpreter on CPU) or the fallback's (the interpreter off)."""
+    if request.param == "kernel" and not (
+        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
+    ):
+        pytest.skip("no Triton device: the fallback's case covers it")
+    if request.param == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    return request.param
+
+
+@pytest.mark.parametrize("on_meta", ["ids", "weights"])
+def test_ids_and_weights_on_two_devices_are_refused_on_every_path(on_meta, path):
+    """A ValueError naming both, never torch's device error from inside."""
+    args = dict(ids=torch.zeros(2, 3, dtype=torch.int32), weights=torch.rand(2, 3))
+    args[on_meta] = args[on_meta].to("meta")
+    with pytest.raises(ValueError, match="^weights must be on ids' device"):
+        pack_topk(**args)
+    verdict = pack_topk_admission(**args)
+    assert not verdict and "weights must be on ids' device" in verdict.reason
+
+
+def test_admission_must_be_an_admission():
+    ids, weights = torch.zeros(2, 3, dtype=torch.int32), torch.rand(2, 3)
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        pack_topk(ids, weights, admission="kernel")
 
 
 @pytest.mark.gpu

@@ -4,10 +4,12 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
+from dsv41_kernels.admission import admit
 from dsv41_kernels.cases.mxfp8_quantize import special_values_bf16
 from dsv41_kernels.ops.quantization.mxfp8_quantize import (
     TRITON,
     Mxfp8QuantizePlan,
+    _launch_shape,
     launch,
     mxfp8_quantize,
     mxfp8_quantize_admission,
@@ -315,6 +317,24 @@ def test_bad_input_raises_value_error(x, message):
     if isinstance(x, torch.Tensor) and x.dim() == 2 and x.dtype != torch.float32:
         with pytest.raises(ValueError, match=message):
             reference(x)
+
+
+def test_admission_must_be_an_admission():
+    x = torch.zeros(2, 64, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="^admission must be an Admission"):
+        mxfp8_quantize(x, admission="kernel")
+
+
+@pytest.mark.parametrize(
+    "swizzled, match", [("no", "must be a bool"), (False, "must match the admission")]
+)
+def test_swizzled_is_checked_with_an_admitted_admission(swizzled, match):
+    """A caller's admission spares the tensor checks, not the flag's: never a layout other
+    than the one asked for."""
+    x = torch.zeros(2, 64, dtype=torch.bfloat16)
+    admission = admit(TRITON, "forced by the test", plan=_launch_shape(2, 64, True))
+    with pytest.raises(ValueError, match=f"^swizzled {match}"):
+        mxfp8_quantize(x, swizzled=swizzled, admission=admission)
 
 
 # ---- GPU tier -----------------------------------------------------------------------------------

@@ -41,8 +41,10 @@ import torch
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_device,
     check_int,
+    check_outputs,
     check_tensor,
     invalid,
     refuse,
@@ -90,6 +92,8 @@ def num_sm_parts(*, num_sms: int, s_q: int, h_q: int, arch_major: int, d_qk: int
 
 def fixed_overhead_num_blocks(*, arch_major: int, h_q: int, d_qk: int = 512) -> int:
     """FlashMLA's per-chunk overhead: 3 for the SM100 head-128 kernel at d_qk 512, else 5."""
+    arch_major, h_q = check_int("arch_major", arch_major), check_int("h_q", h_q)
+    d_qk = check_int("d_qk", d_qk)
     if arch_major == 10 and h_q == 128 and d_qk == 512:
         return FIXED_OVERHEAD_NUM_BLOCKS_SM100_HEAD128
     return FIXED_OVERHEAD_NUM_BLOCKS
@@ -136,6 +140,41 @@ def _checked_config(config) -> DecodingSchedConfig:
     )
 
 
+def _fits_int32(config: DecodingSchedConfig, batch_size: int, num_sm_parts: int) -> None:
+    """Raise ValueError naming the fields when a quantity the kernels compute in C ``int`` from
+    them overflows int32: each request's tokens (``topk`` rounded up to a block, plus
+    ``extra_topk``), the batch's cost, its share per partition and the payload (the walk's and
+    the closed form's every other quantity is bounded by these), the split count. Requests are
+    taken at the config's lengths (a ``topk_length`` is at most ``topk``; dense requests at
+    one block): the kernels read the lengths' values, the host never does."""
+    topk, extra, block, overhead = (
+        config.topk,
+        config.extra_topk,
+        config.block_size_n,
+        config.fixed_overhead_num_blocks,
+    )
+
+    def fits(value: int, quantity: str) -> None:
+        if value > _INT32_MAX:
+            raise ValueError(f"{quantity} = {value} overflows int32 (the kernels' C int)")
+
+    blocks = 1
+    if topk != -1:
+        tokens = topk
+        if extra:
+            fits(topk + block - 1, "config.topk + config.block_size_n - 1")
+            tokens = -(-topk // block) * block + extra
+            fits(tokens, "config.topk rounded up to config.block_size_n + config.extra_topk")
+        blocks = (tokens - 1) // block + 1
+    cost = f"batch_size {batch_size} * (blocks a request + config.fixed_overhead_num_blocks)"
+    total = batch_size * (blocks + overhead)
+    fits(total, cost)
+    fits(total + num_sm_parts - 1, f"{cost} + num_sm_parts - 1")
+    payload = f"the payload, ({cost}) / num_sm_parts + config.fixed_overhead_num_blocks"
+    fits(-(-total // num_sm_parts) + overhead, payload)
+    fits(batch_size + num_sm_parts - 1, "batch_size + num_sm_parts - 1 (the split count)")
+
+
 def _present(topk_length, extra_topk_length, seqlens_k) -> dict[str, torch.Tensor]:
     """The length tensors given, by argument name."""
     given = zip(_LENGTH_NAMES, (topk_length, extra_topk_length, seqlens_k), strict=True)
@@ -159,7 +198,9 @@ def _validate(
         raise ValueError(f"num_splits must be [batch_size + 1] with batch_size >= 1, got {b + 1}")
     if num_splits.device != tile_scheduler_metadata.device:
         raise ValueError("num_splits must be on tile_scheduler_metadata's device")
+    check_outputs({"tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits})
     config = _checked_config(config)
+    _fits_int32(config, b, parts)
     topk = config.topk
     dense_only = {"seqlens_k"}
     for name, t in lengths.items():
@@ -291,6 +332,7 @@ def decoding_sched_meta(
         admission: this call's :func:`decoding_sched_meta_admission`, when the caller already
             made it; an admitted one is not validated again.
     """
+    check_admission(admission)
     lengths = _present(topk_length, extra_topk_length, seqlens_k)
     if admission is None or not admission:
         config = _validate(tile_scheduler_metadata, num_splits, config, lengths)
@@ -344,6 +386,7 @@ class DecodingSchedMeta:
         batch_size = check_int("batch_size", batch_size, low=1)
         num_sm_parts = check_int("num_sm_parts", num_sm_parts, low=1)
         device, config = check_device("device", device), _checked_config(config)
+        _fits_int32(config, batch_size, num_sm_parts)
         return cls(
             tile_scheduler_metadata=torch.empty(num_sm_parts, 8, dtype=torch.int32, device=device),
             num_splits=torch.empty(batch_size + 1, dtype=torch.int32, device=device),
@@ -369,10 +412,19 @@ class DecodingSchedMeta:
         self.computed = True
         return self.tile_scheduler_metadata, self.num_splits
 
-    def schedule(self, **lengths: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """This step's schedule: computed on the step's first call, reused afterwards."""
+    def schedule(
+        self,
+        *,
+        topk_length: torch.Tensor | None = None,
+        extra_topk_length: torch.Tensor | None = None,
+        seqlens_k: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's schedule: computed on the step's first call (the lengths as
+        :meth:`compute` takes them), reused afterwards."""
         if not self.computed:
-            return self.compute(**lengths)
+            return self.compute(
+                topk_length=topk_length, extra_topk_length=extra_topk_length, seqlens_k=seqlens_k
+            )
         return self.tile_scheduler_metadata, self.num_splits
 
     def reset(self) -> None:

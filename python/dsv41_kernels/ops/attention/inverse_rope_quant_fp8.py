@@ -67,8 +67,10 @@ import triton
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_flag,
     check_int,
+    check_outputs,
     check_tensor,
     cuda_kernel_runs,
     invalid,
@@ -121,9 +123,7 @@ def _validate(o, freqs_cis, positions, o_groups, group_size, out) -> tuple[int, 
     check_tensor("freqs_cis", freqs_cis, dtypes=(torch.complex64,), ndim=2)
     check_tensor("positions", positions, dtypes=POSITION_DTYPES, ndim=1)
     tokens, heads, head_dim = o.shape
-    group_size = check_int("group_size", group_size)
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    o_groups, group_size = _scalars(o, o_groups, group_size)
     if head_dim % group_size:
         raise ValueError(f"o.shape[2] (head_dim {head_dim}) must be a multiple of group_size")
     if freqs_cis.shape[0] == 0:
@@ -135,9 +135,6 @@ def _validate(o, freqs_cis, positions, o_groups, group_size, out) -> tuple[int, 
             f"freqs_cis.shape[1] ({freqs_cis.shape[1]}) must give a rope width of at most the "
             f"head_dim {head_dim}"
         )
-    o_groups = check_int("o_groups", o_groups)
-    if o_groups < 1 or heads < 1 or heads % o_groups:
-        raise ValueError(f"o_groups must be a positive divisor of o.shape[1] ({heads} heads)")
     if positions.shape[0] != tokens:
         raise ValueError(f"positions must have o.shape[0] ({tokens}) entries")
     for name, t in (("freqs_cis", freqs_cis), ("positions", positions)):
@@ -159,6 +156,19 @@ def _validate(o, freqs_cis, positions, o_groups, group_size, out) -> tuple[int, 
                 )
             if t.data_ptr() % 4:
                 raise ValueError(f"{name} must start 4-byte aligned (it is written in words)")
+        check_outputs({"out[0]": out[0], "out[1]": out[1]})
+    return o_groups, group_size
+
+
+def _scalars(o, o_groups, group_size) -> tuple[int, int]:
+    """``(o_groups, group_size)`` as Python ints, checked (ValueError naming the argument): on
+    every call, a caller's admission or not, so the launch never gets a NumPy or float value."""
+    group_size = check_int("group_size", group_size)
+    if group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    o_groups, heads = check_int("o_groups", o_groups), o.shape[1]
+    if o_groups < 1 or heads < 1 or heads % o_groups:
+        raise ValueError(f"o_groups must be a positive divisor of o.shape[1] ({heads} heads)")
     return o_groups, group_size
 
 
@@ -320,11 +330,13 @@ def inverse_rope_quant_fp8(
             RoPE kernel does, and the bits are the same.
         out: the caller's ``(o_fp8, o_scales)`` to write, both contiguous.
         admission: this call's :func:`inverse_rope_quant_fp8_admission`, when the caller
-            already made it; an admitted one is not validated again.
+            already made it; an admitted one spares the tensor checks (the scalars and what
+            the call writes are checked on every call).
 
     Returns ``(o_fp8, o_scales)``: e4m3 ``[T, G, D]`` and fp32 ``[T, G, D / group_size]``,
     ``D = H * head_dim / G``.
     """
+    check_admission(admission)
     rotate_o, tables_ready = (
         check_flag("rotate_o", rotate_o),
         check_flag("tables_ready", tables_ready),
@@ -332,6 +344,11 @@ def inverse_rope_quant_fp8(
     if admission is None or not admission:
         o_groups, group_size = _validate(o, freqs_cis, positions, o_groups, group_size, out)
         admission = _plan(o, freqs_cis, group_size) if admission is None else admission
+    else:  # an admitted admission has validated the tensors: the scalars remain
+        o_groups, group_size = _scalars(o, o_groups, group_size)
+    # What the call writes (o too, with rotate_o) must own its elements and share none.
+    written = {"o": o if rotate_o else None}
+    check_outputs(written | ({} if out is None else {"out[0]": out[0], "out[1]": out[1]}))
     codes_shape, scales_shape = _output_shapes(o, o_groups, group_size)
     if out is None:
         out = (

@@ -42,9 +42,11 @@ import torch
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_flag,
     check_float,
     check_int,
+    check_outputs,
     check_tensor,
     cuda_kernel_runs,
     invalid,
@@ -73,6 +75,7 @@ MAX_EXPERTS = 4096
 
 _LOGIT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 _BIAS_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_INT64 = torch.iinfo(torch.int64)
 
 
 class Kernel(enum.Enum):
@@ -123,8 +126,7 @@ class MoeFusedGateOptions:
 def _validate_inputs(
     logits, bias, bias_alt, input_ids, image_token_id, num_token_non_padded
 ) -> tuple[int | None, int | torch.Tensor | None]:
-    """Raise ValueError naming the argument; returns ``image_token_id`` and
-    ``num_token_non_padded`` with NumPy integers made Python ints."""
+    """Raise ValueError naming the argument; returns :func:`_scalars`."""
     check_tensor("logits", logits, ndim=2)
     if not logits.dtype.is_floating_point:
         raise ValueError(f"logits must be floating point, got {logits.dtype}")
@@ -134,15 +136,12 @@ def _validate_inputs(
         check_tensor(name, b, dtypes=_BIAS_DTYPES, ndim=1)
         if b.shape[0] != num_experts:
             raise ValueError(f"{name} has {b.shape[0]} experts, logits {num_experts}")
+    tensors = dict(biases)
     if bias_alt is not None:
         check_tensor("input_ids", input_ids, dtypes=INDEX_DTYPES, ndim=1)
         if input_ids.shape[0] != num_tokens:
             raise ValueError(f"input_ids has {input_ids.shape[0]} tokens, logits {num_tokens}")
-    if image_token_id is not None:
-        # An id outside input_ids' integer range matches no token in the reference; the
-        # kernel would compare it in that range, so it is refused rather than wrapped.
-        info = torch.iinfo(input_ids.dtype if bias_alt is not None else torch.int64)
-        image_token_id = check_int("image_token_id", image_token_id, low=info.min, high=info.max)
+        tensors["input_ids"] = input_ids
     if isinstance(num_token_non_padded, torch.Tensor):
         check_tensor("num_token_non_padded", num_token_non_padded, dtypes=INDEX_DTYPES)
         if num_token_non_padded.numel() != 1:
@@ -150,8 +149,33 @@ def _validate_inputs(
                 f"num_token_non_padded must hold one count, got shape "
                 f"{tuple(num_token_non_padded.shape)}"
             )
-    elif num_token_non_padded is not None:
-        num_token_non_padded = check_int("num_token_non_padded", num_token_non_padded)
+        tensors["num_token_non_padded"] = num_token_non_padded
+    _on_logits_device(logits, tensors)
+    return _scalars(bias_alt, input_ids, image_token_id, num_token_non_padded)
+
+
+def _on_logits_device(logits, tensors: dict[str, torch.Tensor | None]) -> None:
+    """Raise ValueError naming the first tensor not on ``logits``' device (None: absent)."""
+    for name, t in tensors.items():
+        if t is not None and t.device != logits.device:
+            raise ValueError(f"{name} must be on logits' device {logits.device}, got {t.device}")
+
+
+def _scalars(
+    bias_alt, input_ids, image_token_id, num_token_non_padded
+) -> tuple[int | None, int | torch.Tensor | None]:
+    """``image_token_id`` and an integer ``num_token_non_padded`` as Python ints (ValueError
+    naming the argument otherwise); checked on every call, a caller's admission or not."""
+    if image_token_id is not None:
+        # An id outside input_ids' integer range matches no token in the reference; the
+        # kernel would compare it in that range, so it is refused rather than wrapped.
+        ids_dtype = getattr(input_ids, "dtype", None) if bias_alt is not None else None
+        info = torch.iinfo(ids_dtype if ids_dtype in INDEX_DTYPES else torch.int64)
+        image_token_id = check_int("image_token_id", image_token_id, low=info.min, high=info.max)
+    if num_token_non_padded is not None and not isinstance(num_token_non_padded, torch.Tensor):
+        num_token_non_padded = check_int(
+            "num_token_non_padded", num_token_non_padded, low=_INT64.min, high=_INT64.max
+        )
     return image_token_id, num_token_non_padded
 
 
@@ -196,6 +220,9 @@ def _validate_call(
         check_tensor(name, t, dtypes=(dtype,), ndim=2)
         if tuple(t.shape) != (num_tokens, top_k):
             raise ValueError(f"{name} must have shape {(num_tokens, top_k)}, got {tuple(t.shape)}")
+    given = {name: t for name, t, _ in outputs}
+    _on_logits_device(logits, given)
+    check_outputs(given)
 
 
 def cuda_plan(logits: torch.Tensor) -> MoeFusedGatePlan:
@@ -212,17 +239,11 @@ def triton_plan(logits: torch.Tensor, top_k: int) -> MoeFusedGatePlan:
     return MoeFusedGatePlan(Kernel.TRITON, launch)
 
 
-def _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded) -> Admission:
+def _plan(logits, bias, bias_alt, top_k) -> Admission:
     """The one choice of kernel and launch (arguments already validated)."""
     device = triton_device(logits)
     if not device:
         return device
-    tensors = {"bias": bias, "bias_alt": bias_alt, "input_ids": input_ids}
-    if isinstance(num_token_non_padded, torch.Tensor):
-        tensors["num_token_non_padded"] = num_token_non_padded
-    for name, t in tensors.items():
-        if t is not None and t.device != logits.device:
-            return refuse(f"{name} is on {t.device}, logits on {logits.device}")
     if logits.dtype not in _LOGIT_DTYPES:
         return refuse(f"logits dtype {logits.dtype} not in bf16/fp16/fp32")
     if logits.shape[1] > MAX_EXPERTS:
@@ -256,7 +277,7 @@ def moe_fused_gate_admission(
         top_k = check_int("top_k", top_k, low=1)
     except ValueError as e:
         return invalid(e)
-    return _plan(logits, bias, bias_alt, input_ids, top_k, num_token_non_padded)
+    return _plan(logits, bias, bias_alt, top_k)
 
 
 def moe_fused_gate(
@@ -298,17 +319,21 @@ def moe_fused_gate(
         packed_out: ``[T, top_k]`` int32; when given, the same launch writes
             ``pack_topk(topk_ids, topk_weights)`` into it.
         out_weights: ``[T, top_k]`` fp32 output to write (allocated if None).
-        out_ids: ``[T, top_k]`` int32 output to write (allocated if None).
-        admission: this call's :func:`moe_fused_gate_admission`, when the caller already made it.
+        out_ids: ``[T, top_k]`` int32 output to write (allocated if None). Every output given
+            is on the logits' device and owns its elements, none shared with another.
+        admission: this call's :func:`moe_fused_gate_admission`, when the caller already made it
+            (an admitted one spares the input tensors' checks; the scalars and the outputs
+            are checked on every call).
     """
+    check_admission(admission)
     if admission is None or not admission:
         image_token_id, num_token_non_padded = _validate_inputs(
             logits, bias, bias_alt, input_ids, image_token_id, num_token_non_padded
         )
-    else:  # an admitted admission has validated the inputs: only the scalars' types remain
-        image_token_id = None if image_token_id is None else int(image_token_id)
-        if num_token_non_padded is not None and not isinstance(num_token_non_padded, torch.Tensor):
-            num_token_non_padded = int(num_token_non_padded)
+    else:  # an admitted admission has validated the input tensors: the scalars remain
+        image_token_id, num_token_non_padded = _scalars(
+            bias_alt, input_ids, image_token_id, num_token_non_padded
+        )
     options = _options(
         top_k,
         renormalize,
@@ -319,7 +344,7 @@ def moe_fused_gate(
     )
     _validate_call(logits, options, bias_alt, image_token_id, packed_out, out_weights, out_ids)
     if admission is None:
-        admission = _plan(logits, bias, bias_alt, input_ids, options.top_k, num_token_non_padded)
+        admission = _plan(logits, bias, bias_alt, options.top_k)
     num_tokens = logits.shape[0]
     shape = (num_tokens, options.top_k)
     if out_weights is None:

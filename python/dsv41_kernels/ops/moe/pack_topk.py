@@ -18,6 +18,7 @@ import triton.language as tl
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_tensor,
     invalid,
     refuse,
@@ -69,6 +70,8 @@ def _validate(ids, weights) -> None:
         raise ValueError(f"weights must be floating point, got {weights.dtype}")
     if weights.shape != ids.shape:
         raise ValueError(f"weights shape {tuple(weights.shape)} != ids shape {tuple(ids.shape)}")
+    if weights.device != ids.device:
+        raise ValueError(f"weights must be on ids' device {ids.device}, got {weights.device}")
 
 
 def _plan(ids: torch.Tensor, weights: torch.Tensor) -> Admission:
@@ -76,8 +79,6 @@ def _plan(ids: torch.Tensor, weights: torch.Tensor) -> Admission:
     device = triton_device(ids)
     if not device:
         return device
-    if weights.device != ids.device:
-        return refuse(f"weights on {weights.device}, ids on {ids.device}")
     if ids.dtype != torch.int32 or weights.dtype != torch.float32:
         return refuse("the kernel packs int32 ids and fp32 weights")
     if not (ids.is_contiguous() and weights.is_contiguous()):
@@ -108,6 +109,7 @@ def pack_topk(
     One Triton launch for contiguous int32 ids and fp32 weights on a Triton device, the torch
     statement otherwise; both give the same bits (every NaN weight packs as 0x7FC0).
     """
+    check_admission(admission)
     _validate(ids, weights)
     if admission is None:
         admission = _plan(ids, weights)

@@ -29,6 +29,7 @@ import triton.language as tl
 from dsv41_kernels.admission import (
     Admission,
     admit,
+    check_admission,
     check_flag,
     check_tensor,
     invalid,
@@ -209,17 +210,21 @@ def mxfp8_quantize(
         swizzled: scales in FlashInfer's 128x4 swizzled layout (``rup(M, 128) * rup(K/32, 4)``
             bytes, padding 0), else the linear one (``M * K/32`` bytes).
         admission: this call's :func:`mxfp8_quantize_admission`, when the caller already made
-            it; an admitted one is not validated again.
+            it; an admitted one spares the check of ``x`` (``swizzled`` must be a bool and
+            match it).
 
     Returns ``(q, scales)``: ``q`` float8_e4m3fn ``[M, K]``, ``scales`` uint8 1-D. Bitwise
     equal to the reference on every path.
     """
+    check_admission(admission)
     if admission is None or not admission:
         swizzled = _validate(x, swizzled)
         admission = _plan(x, swizzled) if admission is None else admission
     if not admission:
         return reference_mxfp8_quantize(x, swizzled=swizzled)
     plan: Mxfp8QuantizePlan = admission.plan
+    if check_flag("swizzled", swizzled) != plan.swizzled:  # the tensors are the admission's
+        raise ValueError(f"swizzled must match the admission's {plan.swizzled}, got {swizzled}")
     rows, k = x.shape
     q = torch.empty((rows, k), dtype=torch.float8_e4m3fn, device=x.device)
     scales = torch.empty(
