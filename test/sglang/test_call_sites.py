@@ -100,6 +100,54 @@ def test_accept_falls_back_to_sglang_when_not_admitted(plugin, fired):
     assert "4096" in reason  # the admission's own words
 
 
+def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch):
+    """Where our accept declines, SGLang's accept runs as it does without the plugin: the
+    ``_row_argmax`` it calls is SGLang's own, counted as such, even where ours would take that
+    argmax. Per call and per thread: another thread's argmax meanwhile, and every one after,
+    take ours."""
+    import threading
+
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    from dsv41_kernels.sglang_plugin import accept_greedy as hooks
+    from dsv41_kernels.sglang_plugin import measured
+
+    declined = measured.SlowerThanSGLang("accept_greedy", None, range(0, 1 << 31), "a test")
+    monkeypatch.setattr(measured, "SLOWER", (*measured.SLOWER, declined))
+    gen = torch.Generator().manual_seed(8)
+    bs = 2
+    logits = callers.verify_logits(gen, bs, VOCAB, nan=True)
+    step = callers.StaticVerifyStep(callers.draft_candidates(logits, bs, gen), logits)
+
+    elsewhere = []  # another thread's argmax while SGLang's accept runs
+    rule = "compute_dflash_correct_drafts_and_bonus"  # what SGLang's accept calls next
+    sglangs_rule = getattr(dspark_accept, rule)
+
+    def rule_with_a_second_thread(**kwargs):
+        thread = threading.Thread(
+            target=lambda: elsewhere.append(dspark_accept._row_argmax(logits))
+        )
+        thread.start()
+        thread.join()
+        return sglangs_rule(**kwargs)
+
+    monkeypatch.setattr(dspark_accept, rule, rule_with_a_second_thread)
+    declined_run = step.run(callers.verify_epilogue(bs, "cpu"))
+    monkeypatch.setattr(dspark_accept, rule, sglangs_rule)
+    dspark_accept._row_argmax(logits)  # after the accept: ours again
+    counts = fired()
+    (reason,) = counts["accept_greedy.accept_greedy"]["sglang"]
+    assert reason.startswith("measured slower than SGLang") and reason.endswith("a test")
+    argmax = counts["accept_greedy._row_argmax"]
+    assert argmax["ours"] == 2, counts  # the other thread's and the one after
+    assert argmax["sglang"] == {hooks.SGLANGS_ACCEPT.reason: 1}, counts
+    assert torch.equal(elsewhere[0], torch.argmax(logits, -1))
+    with callers.sglang_functions(dspark_accept):
+        stock = step.run(callers.verify_epilogue(bs, "cpu"))
+    for name, value in stock.items():
+        assert torch.equal(declined_run[name], value), name
+
+
 # ---------------------------------------------------------------------------------------------
 # moe_fused_gate: vision routing
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import pathlib
+import re
 import sys
 
 import pytest
@@ -205,6 +207,32 @@ def test_deprecated_switch_names_warn_once(plugin, monkeypatch, caplog):
 
 
 # ---------------------------------------------------------------------------------------------
+# docs/sglang.md against the code
+
+DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "sglang.md"
+HOOK_ROW = re.compile(r"^\| `(\w+)` \| (AROUND|AFTER|BEFORE|REPLACE) \| `([\w.]+)` \|$", re.M)
+
+
+def test_startup_line_example_is_what_the_plugin_prints(plugin):
+    """The example in docs/sglang.md is the line a process with every call site on prints."""
+    text = DOCS.read_text()
+    after = text.split("Each process that loads the plugin prints one line", 1)[1]
+    example = after.split("```\n", 2)[1].strip()
+    assert example == plugin.report_line({switch: "on" for switch in plugin.SWITCHES})
+
+
+def test_docs_list_every_hook(plugin):
+    """docs/sglang.md's table of hooks lists each registered hook, with its type, and no other."""
+    listed = set(HOOK_ROW.findall(DOCS.read_text()))
+    registered = {
+        (site.switch, hook_type.name, target)
+        for site in plugin.SITES
+        for target, _, hook_type in importlib.import_module(site.module).HOOKS
+    }
+    assert listed == registered
+
+
+# ---------------------------------------------------------------------------------------------
 # What a server process shows: the start-up line, the fire counts at exit
 
 _SERVER_START = """
@@ -296,16 +324,51 @@ def test_failing_op_falls_back_once_and_stays_off(plugin, fired, monkeypatch, ca
     }
 
 
+def test_error_after_a_capture_says_the_graphs_keep_ours(plugin, fired, monkeypatch, caplog):
+    """A hook switched off by an error after a CUDA-graph capture took ours: the graphs captured
+    before keep replaying ours while eager calls run SGLang's function from then on. The
+    warning, failed_hooks() and the counts say so; a hook never captured says nothing of it."""
+    import torch
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    from dsv41_kernels.sglang_plugin import accept_greedy as hooks
+    from dsv41_kernels.sglang_plugin import dispatch, failed_hooks
+
+    logits = torch.randn(3, 4099)
+    monkeypatch.setattr(dispatch, "_capturing", lambda: True)
+    dspark_accept._row_argmax(logits)  # a graph capture takes ours
+    monkeypatch.setattr(dispatch, "_capturing", lambda: False)
+
+    def broken(*_, **__):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(hooks, "row_argmax", broken)
+    with caplog.at_level(logging.WARNING, logger=plugin.__name__):
+        for _ in range(2):
+            assert torch.equal(dspark_accept._row_argmax(logits), torch.argmax(logits, -1))
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert dispatch.GRAPHS_KEEP_OURS in warning
+    failure = f"RuntimeError: injected; {dispatch.GRAPHS_KEEP_OURS}"
+    assert failed_hooks() == {"accept_greedy._row_argmax": failure}
+    assert fired()["accept_greedy._row_argmax"] == {
+        "ours": 1,
+        "sglang": {f"error: {failure}": 1, f"off after an error: {failure}": 1},
+    }
+
+
 def test_replicated_hooks_raise_on_a_multi_rank_run(
     plugin, fired, monkeypatch, sglang_torch_sinkhorn
 ):
-    """hc_combine_norm and hc_mix_stats feed the residual streams every rank holds a copy of: on
-    one of several ranks an error of ours is raised, not answered with SGLang's (other) bits;
-    alone, the process falls back as every hook does."""
+    """hc_combine_norm and hc_mix_stats feed the residual streams every rank holds a copy of,
+    and every rank routes the same tokens with moe_fused_gate, their expert outputs summed
+    across ranks: on one of several ranks an error of ours is raised, not answered with SGLang's
+    (other) bits; alone, the process falls back as every hook does."""
     import torch
+    from sglang.srt.models import deepseek_v2
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     from dsv41_kernels.sglang_plugin import dispatch, hc_combine_norm, hc_mix_stats
+    from dsv41_kernels.sglang_plugin import moe_fused_gate as router
     from test.sglang import callers
 
     def broken(*_, **__):
@@ -313,10 +376,20 @@ def test_replicated_hooks_raise_on_a_multi_rank_run(
 
     monkeypatch.setattr(hc_combine_norm, "hc_combine_norm", broken)
     monkeypatch.setattr(hc_mix_stats, "hc_mix_stats", broken)
-    hc = callers.v41_decoder_layer(torch.Generator().manual_seed(3), "cpu", hidden=64).attn_hc
+    monkeypatch.setattr(router, "moe_fused_gate", broken)
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "moe_fused_gate")  # CPU: not measured, declined
+    gen = torch.Generator().manual_seed(3)
+    hc = callers.v41_decoder_layer(gen, "cpu", hidden=64).attn_hc
     x = torch.randn(3, 4, 64).bfloat16()
     pre = torch.rand(3, 4) + 0.1
-    calls = (lambda: mhc.combine(hc, mhc.HcState(x, pre)), lambda: mhc.mix_stats(hc, x))
+    moe = callers.vision_moe(gen, "cpu", num_experts=64)
+    input_ids = torch.full((5,), callers.IMAGE_TOKEN_ID)
+    logits = torch.randn(5, 64, generator=gen)
+    calls = (
+        lambda: mhc.combine(hc, mhc.HcState(x, pre)),
+        lambda: mhc.mix_stats(hc, x),
+        lambda: deepseek_v2.vision_topk(moe, logits, input_ids),  # DeepseekV2MoE's binding
+    )
     monkeypatch.setattr(dispatch, "ranks", lambda: 4)
     for call in calls:
         with pytest.raises(RuntimeError, match="injected"):
@@ -325,9 +398,13 @@ def test_replicated_hooks_raise_on_a_multi_rank_run(
     for call in calls:
         call()  # SGLang's function
     counts = fired()
-    for hook in ("hc_combine_norm._combine", "hc_mix_stats._mix_stats_impl"):
+    for hook in (
+        "hc_combine_norm._combine",
+        "hc_mix_stats._mix_stats_impl",
+        "moe_fused_gate.vision_topk",
+    ):
         assert counts[hook]["ours"] == 0
         assert counts[hook]["sglang"] == {
             "raised on 1 of 4 ranks: RuntimeError: injected": 1,
             "error: RuntimeError: injected": 1,
-        }
+        }, hook

@@ -16,12 +16,17 @@ in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
   ``from ... import _row_argmax`` binding (SGLang's hook registry rewrites such bindings).
 
 Both return exactly what SGLang's rule returns over ``torch.argmax`` (int64 argmax; int32
-lengths, int64 bonus); arguments our admission refuses go to SGLang's original function. At
+lengths, int64 bonus); arguments our admission refuses go to SGLang's original function. An
+accept handed to SGLang (declined, or after an error of ours) runs as it does without the
+plugin: the ``_row_argmax`` it calls is SGLang's own, counted under
+``accept_greedy._row_argmax`` with :data:`SGLANGS_ACCEPT`'s reason. At
 TP > 1 with call site ``sharded_accept_greedy`` armed, the accept may be handed this rank's
 vocab shard of the verify logits instead: it goes to :func:`.deferred_verify.accept_on_shard`.
 """
 
 from __future__ import annotations
+
+import contextvars
 
 import torch
 from sglang.srt.plugins.hook_registry import HookType
@@ -45,10 +50,32 @@ _ACCEPT_KEYWORDS = frozenset(
 _INDEX_DTYPES = (torch.int32, torch.int64)
 
 
+_in_sglangs_accept: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "dsv41_kernels_in_sglangs_accept", default=False
+)
+"""Set while SGLang's own accept runs in place of ours (a context variable: per thread and
+per task, so no other caller's argmax is affected)."""
+SGLANGS_ACCEPT = refuse("inside SGLang's accept, run in place of ours")
+
+
+def sglangs_accept(original):
+    """SGLang's accept as it runs without the plugin: the ``_row_argmax`` it calls by its module
+    name (hooked too) runs SGLang's own function for that call."""
+
+    def call(*args, **kwargs):
+        token = _in_sglangs_accept.set(True)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _in_sglangs_accept.reset(token)
+
+    return call
+
+
 def row_argmax_hook(original, logits, fused=False):
     """``_row_argmax``: our exact argmax wherever it is admitted (``fused`` only chose
-    SGLang's inexact kernel, which ours supersedes)."""
-    admission = row_argmax_admission(logits)
+    SGLang's inexact kernel, which ours supersedes), except inside SGLang's own accept."""
+    admission = SGLANGS_ACCEPT if _in_sglangs_accept.get() else row_argmax_admission(logits)
     return dispatch.run(
         "accept_greedy._row_argmax",
         admission,
@@ -94,6 +121,7 @@ def _accept_hook(name: str):
     """The hook for ``accept_greedy`` / ``accept_greedy_triton`` (keyword-only in 0.5.23)."""
 
     def hook(original, *args, **kwargs):
+        original = sglangs_accept(original)
         if args or not kwargs.keys() <= _ACCEPT_KEYWORDS:
             admission = refuse("positional or unknown arguments")
         else:

@@ -10,12 +10,21 @@ device, nothing that breaks capture.
 When our op raises in eager mode, that call goes to SGLang's function, the hook logs the error
 once at WARNING and stays off for the rest of the process (the counts and the exit report show
 it). SGLang's warm-up runs before graph capture are eager, so a failure shows up there; inside
-a capture the error is raised, since a half-recorded graph cannot be taken back. A hook whose
-result feeds state every rank holds a copy of (``replicated``: the mHC combine and statistics
-feed the residual streams) raises instead of falling back when this process is one of several
-ranks: SGLang's function would give this rank other bits than the ranks where ours runs, and
-their copies would drift apart silently. The error then stops the server at warm-up, on the
-rank that cannot run our op (``DSV41_KERNELS_DISABLE`` on every rank switches the hook off).
+a capture the error is raised, since a half-recorded graph cannot be taken back. Switching off
+reaches Python calls only: a CUDA graph captured before the error keeps replaying our kernel,
+so from then on the process runs ours where those graphs replay and SGLang's function in
+eager calls and in graphs captured later. Each result stays within the op's contract, but the
+two differ in the bits where SGLang's function differs from ours (the op's docs say where).
+When a capture had taken ours, the failure (WARNING, :func:`failed_hooks`, the counts) says
+:data:`GRAPHS_KEEP_OURS`; ``DSV41_KERNELS_DISABLE`` at start-up gives one choice a process.
+
+A hook whose result feeds state every rank holds a copy of (``replicated``: the mHC combine and
+statistics feed the residual streams; every rank routes the same tokens for the MoE, whose
+expert outputs are summed across ranks) raises instead of falling back when this process is
+one of several ranks: SGLang's function would give this rank other bits than the ranks where
+ours runs, and their copies would drift apart silently. The error then stops the server at
+warm-up, on the rank that cannot run our op (``DSV41_KERNELS_DISABLE`` on every rank switches
+the hook off).
 
 ``DSV41_KERNELS_REPORT=1`` prints the counts to stderr when the process exits.
 """
@@ -41,9 +50,13 @@ logger = logging.getLogger("dsv41_kernels.sglang_plugin")
 REPORT_ENV = "DSV41_KERNELS_REPORT"
 OURS = "ours"
 
+GRAPHS_KEEP_OURS = "CUDA graphs captured before keep replaying ours"
+"""Added to a hook's failure when a graph capture took our op before the error."""
+
 _lock = threading.Lock()
 _counts: dict[str, Counter] = {}
 _failed: dict[str, str] = {}
+_captured: set[str] = set()  # hooks whose op a CUDA-graph capture took
 
 
 def _count(hook: str, outcome: str) -> None:
@@ -95,17 +108,24 @@ def run(
             )
             raise
         with _lock:
+            graphs_keep_ours = hook in _captured
+            if graphs_keep_ours:
+                failure = f"{failure}; {GRAPHS_KEEP_OURS}"
             first = hook not in _failed
             _failed[hook] = failure
         if first:
             logger.warning(
                 "dsv41-kernels: %s raised, SGLang's function runs instead from now on in this "
-                "process",
+                "process%s",
                 hook,
+                f" ({GRAPHS_KEEP_OURS})" if graphs_keep_ours else "",
                 exc_info=True,
             )
         _count(hook, f"error: {failure}")
         return original()
+    if hook not in _captured and _capturing():
+        with _lock:
+            _captured.add(hook)
     _count(hook, OURS)
     return result
 
@@ -135,6 +155,7 @@ def reset() -> None:
     with _lock:
         _counts.clear()
         _failed.clear()
+        _captured.clear()
 
 
 def _report_at_exit() -> None:

@@ -4,7 +4,7 @@
 ``sglang.srt.multimodal.dsv41.vl_routing.vision_topk`` routes every MoE layer of a V4.1
 checkpoint with a vision tower (``deepseek_v2`` and ``mega_moe`` import it by name; SGLang's
 hook registry rewrites those bindings). Ours computes the same ids and weights in one launch
-and, when :func:`dsv41_kernels.emits_packed_ids` admits (FlashInfer MXFP4 runner, no fused
+and, when :func:`emits_packed_ids` admits (FlashInfer MXFP4 runner, no fused
 shared slots, no expert-location remapping, no MegaMoE all-to-all, no routing simulation),
 writes the packed ids the runner consumes in that same launch. SGLang's own post-processing
 (``_finish_vision_topk``: routed-experts capture, the expert-distribution recorder) still runs
@@ -17,7 +17,9 @@ SGLang 0.5.23's own ``vision_topk`` already routes and packs in one Triton launc
 every GPU not measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=moe_fused_gate`` takes ours
 anyway.
 It is reached from ``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from
-``forward_deepep``.
+``forward_deepep``. Every rank routes the same tokens, so the hook is ``replicated``
+(:mod:`.dispatch`): on one of several ranks an error of ours is raised, not answered with
+SGLang's routing on that rank alone.
 """
 
 from __future__ import annotations
@@ -136,6 +138,9 @@ def vision_topk_hook(
         lambda: original(
             moe, logits, input_ids, num_token_non_padded, expert_location_dispatch_info
         ),
+        # Every rank routes the same tokens and their experts' outputs are summed across
+        # ranks: one rank routing with SGLang's function would silently mix two routings.
+        replicated=True,
     )
 
 
