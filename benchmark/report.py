@@ -1,8 +1,9 @@
 """docs/performance.md's tables and the plots, from the results files (docs/results, ``*.jsonl``).
 
 For each (device, bench, op, shape, arm) the latest record (by ``date``, then by its place in
-the file; one with a figure before one without) is the current one. The generated parts of docs/performance.md lie between marker
-lines, ``<!-- report:begin NAME -->`` and ``<!-- report:end -->``, for NAME in :data:`BLOCKS`:
+the file; one with a figure before one without) is the current one. The generated parts of
+docs/performance.md lie between marker lines, ``<!-- report:begin NAME -->`` and
+``<!-- report:end -->``, for NAME in :data:`BLOCKS`:
 
 - ``verify_cycle``: the verify cycle per call site (``benchmark/verify_cycle.py``);
 - ``call_sites``: every hooked call site, SGLang 0.5.23's function against ours, per row count

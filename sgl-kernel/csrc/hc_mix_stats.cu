@@ -53,10 +53,10 @@
 #include <cstdint>
 
 #include "hc_mix_stats_common.cuh"
-#include "hc_mix_stats_mma.cuh"
 #include "hc_mix_stats_finish.cuh"
-#include "hc_mix_stats_wgmma.cuh"
 #include "hc_mix_stats_launch.cuh"
+#include "hc_mix_stats_mma.cuh"
+#include "hc_mix_stats_wgmma.cuh"
 #include "tensor_view.cuh"
 
 // x: bf16 [m, K] (last-dim stride 1, 16-byte aligned rows, K % 64 == 0); fn and its TF32

@@ -16,8 +16,8 @@
 #include <cstdint>
 
 #include "hc_mix_stats_common.cuh"
-#include "hc_mix_stats_mma.cuh"
 #include "hc_mix_stats_finish.cuh"
+#include "hc_mix_stats_mma.cuh"
 #include "hc_mix_stats_wgmma.cuh"
 #include "tensor_view.cuh"
 
