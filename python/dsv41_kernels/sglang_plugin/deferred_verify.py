@@ -84,8 +84,9 @@ def deferred_shard(logits) -> DeferredVerify | None:
 
 def accept_on_shard(deferred: DeferredVerify, original, kwargs, refusal: Admission | None):
     """SGLang's greedy accept called on the verify shard: ours over every rank's keys, or,
-    where ours cannot take the arguments (``refusal``), SGLang's accept of the gathered
-    logits (what it would have run without the deferral)."""
+    where ours cannot take the arguments (``refusal``, decided alike on every rank), SGLang's
+    accept of the gathered logits (what it would have run without the deferral). An error of
+    ours is raised, not fallen back from (``replicated``)."""
     shard = kwargs["target_logits"]
     local = deferred.own_columns(shard)
     arguments = dict(
@@ -103,4 +104,7 @@ def accept_on_shard(deferred: DeferredVerify, original, kwargs, refusal: Admissi
             kwargs["candidates"], local, **arguments, admission=admission
         ),
         lambda: original(**{**kwargs, "target_logits": deferred.gather(shard)}),
+        # A rank falling back alone would gather logits while the others gather keys: the
+        # collectives would not match, so an error of ours is raised on every rank instead.
+        replicated=True,
     )
