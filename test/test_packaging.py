@@ -55,6 +55,8 @@ def test_the_sdist_ships_no_partial_test_tree(tmp_path):
     assert f"{top}/LICENSE" in names
     assert not [n for n in names if n.startswith(f"{top}/test/")]
     assert [n for n in names if n.startswith(f"{top}/sgl-kernel/csrc/")]
+    policies = f"{top}/python/dsv41_kernels/sglang_plugin/policies/"
+    assert [n for n in names if n.startswith(policies) and n.endswith(".json")]
 
 
 def test_python_dash_m_runs_the_command_line():

@@ -18,6 +18,7 @@ import pytest
 from dsv41_kernels import jit
 
 ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "python" / "dsv41_kernels" / "sglang_plugin" / "policies"
 MANYLINUX_2_28 = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11)}
 """The newest symbol versions a manylinux_2_28 library may need (glibc 2.28, gcc 8's libstdc++)."""
 
@@ -42,6 +43,8 @@ def test_the_wheel_holds_the_sources_and_every_prebuilt_module(wheel, prebuilt_m
     sources = {f"dsv41_kernels/csrc/{p.relative_to(jit.CSRC)}" for p in jit.CSRC.rglob("*.cu*")}
     modules = {f"dsv41_kernels/prebuilt/{file}" for file in prebuilt_modules}
     assert sources <= names and modules <= names
+    policies = {f"dsv41_kernels/sglang_plugin/policies/{p.name}" for p in POLICIES.glob("*.json")}
+    assert policies and policies <= names  # the SGLang plugin's built-in policies
     assert f"dsv41_kernels/prebuilt/{jit.MANIFEST}" in names
     assert {n for n in names if n.startswith("dsv41_kernels/prebuilt/")} - modules == {
         f"dsv41_kernels/prebuilt/{jit.MANIFEST}"

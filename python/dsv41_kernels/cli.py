@@ -1,4 +1,5 @@
-"""``dsv41-kernels``: the command line. ``check`` runs every op against its reference."""
+"""``dsv41-kernels``: the command line. ``check`` runs every op against its reference;
+``calibrate`` decides where the SGLang plugin's hooks run on this GPU."""
 
 from __future__ import annotations
 
@@ -88,7 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", action="store_true", help="one JSON record per line instead")
     p.add_argument("--ops", help="comma-separated op names to run (default: all)")
+    from dsv41_kernels.calibrate_cli import add_parser
+
+    add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "calibrate":
+        from dsv41_kernels.calibrate_cli import calibrate
+
+        return calibrate(args)
     return check(args)
 
 

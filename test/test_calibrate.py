@@ -1,0 +1,138 @@
+"""``dsv41-kernels calibrate``'s decision (:func:`dsv41_kernels.calibrate.decide`) over
+synthetic records, the shipped H200 policy as the output of ``--from-records``, and the
+command line on a machine without CUDA."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsv41_kernels import cli
+from dsv41_kernels.calibrate import OURS_ARM, SGLANG_ARM, decide, dumps, file_name, from_records
+from dsv41_kernels.sglang_plugin.policy import BUILT_IN_DIR, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+MACHINE = {"device": "NVIDIA X", "sm": "sm_100", "sglang": "0.5.23", "torch": "2", "cuda": "13"}
+
+
+def records(op, timings, columns=None, date="2027-01-01"):
+    """``timings``: ``{rows: (sglang us per repeat, ours us per repeat)}``."""
+    out = []
+    for rows, (sglang, ours) in timings.items():
+        for arm, values in ((SGLANG_ARM, sglang), (OURS_ARM, ours)):
+            for us in values:
+                shape = f"T {rows}" if columns is None else f"T {rows}: o [{rows}, {columns}, 512]"
+                out.append(
+                    {"op": op, "shape": shape, "arm": arm, "us": us, "rows": rows, "date": date}
+                    | MACHINE
+                )
+    return out
+
+
+def series(policy, op, index=0):
+    s = policy["sites"][op]["series"][index]
+    return s["ours"], [d["rows"] for d in s["declined"]]
+
+
+def test_margin_must_hold_in_every_repeat():
+    timings = {
+        6: ([10.0, 10.0], [9.0, 9.0]),  # 10 % faster in both
+        24: ([10.0, 10.0], [9.0, 9.8]),  # 2 % in one repeat: SGLang's
+        96: ([10.0, 10.0], [9.6, 9.6]),  # 4 %
+    }
+    policy = decide(records("hc_mix_stats", timings), 0.03, sm_count=148)
+    assert series(policy, "hc_mix_stats") == ([[0, 6], [96, None]], [[7, 95]])
+    why = policy["sites"]["hc_mix_stats"]["series"][0]["declined"][0]["why"]
+    assert why == (
+        "NVIDIA X: not 3% faster than SGLang's in every repeat at 24 rows: "
+        "SGLang's 10.00/10.00 us, ours 9.00/9.80 us"
+    )
+    loose = decide(records("hc_mix_stats", timings), 0.01, sm_count=148)
+    assert series(loose, "hc_mix_stats") == ([[0, None]], [])
+
+
+def test_gaps_ends_and_arms_that_did_not_run():
+    """Between two sizes ours runs only when both are ours; the ends extend the nearest size;
+    SGLang's function not running leaves ours, ours not running leaves SGLang's."""
+    timings = {
+        8: ([None], [1.0]),  # SGLang's function did not run: ours
+        64: ([2.0], [1.0]),
+        512: ([2.0], [3.0]),  # slower
+        4096: ([2.0], [1.0]),
+        8192: ([2.0], [None]),  # ours did not run
+    }
+    policy = decide(records("hc_combine_norm", timings), sm_count=148)
+    assert series(policy, "hc_combine_norm") == (
+        [[0, 64], [4096, 4096]],
+        [[65, 4095], [4097, None]],
+    )
+    measured = policy["sites"]["hc_combine_norm"]["series"][0]["measured"]
+    assert measured[0] == {"rows": 8, "sglang_us": [None], "ours_us": [1.0], "ours": True}
+
+
+def test_second_dimension_and_key():
+    timings_64 = {6: ([2.0], [1.0]), 384: ([2.0], [2.5])}
+    timings_16 = {6: ([2.0], [1.0]), 384: ([2.0], [1.0])}
+    recs = records("inverse_rope_quant_fp8", timings_64, columns=64)
+    recs += records("inverse_rope_quant_fp8", timings_16, columns=16, date="2027-02-01")
+    policy = decide(recs, sm_count=148, source={"command": "x"})
+    site = policy["sites"]["inverse_rope_quant_fp8"]
+    assert site["columns"] == "local heads" and [s["columns"] for s in site["series"]] == [16, 64]
+    assert series(policy, "inverse_rope_quant_fp8", 1) == ([[0, 6]], [[7, None]])
+    assert policy["key"] == {
+        "gpu": "NVIDIA X",
+        "sm": "sm_100",
+        "sm_count": 148,
+        "sglang": "0.5.23",
+        "dsv41_kernels": "0.1.0",
+        "torch": "2",
+        "cuda": "13",
+    }
+    assert policy["date"] == "2027-02-01" and policy["source"] == {"command": "x", "commits": []}
+    assert "accept_greedy" in policy["unmeasured"]
+    parsed = parse(json.loads(dumps(policy)))
+    assert parsed.refusal("inverse_rope_quant_fp8", 384, 32) is not None  # 64 declines there
+    assert parsed.refusal("inverse_rope_quant_fp8", 384, 16) is None
+    assert file_name(policy["key"]) == "policy-x-sm_100-148sm-sglang0.5.23.json"
+
+
+def test_records_of_two_machines_are_refused():
+    recs = records("hc_mix_stats", {6: ([2.0], [1.0])})
+    recs[0] = {**recs[0], "device": "NVIDIA Y"}
+    with pytest.raises(ValueError, match="several devices"):
+        decide(recs, sm_count=1)
+
+
+def test_shipped_h200_policy_is_what_from_records_writes(monkeypatch):
+    """The built-in H200 policy is generated, not typed: the command it names, run on the
+    results file, writes it byte for byte."""
+    (shipped,) = BUILT_IN_DIR.glob("*.json")
+    policy = json.loads(shipped.read_text())
+    assert policy["source"]["command"] == (
+        "dsv41-kernels calibrate --from-records docs/results/h200.jsonl --sm-count 132"
+    )
+    monkeypatch.chdir(ROOT)
+    assert dumps(from_records(["docs/results/h200.jsonl"], 0.03, 132)) == shipped.read_text()
+    assert shipped.name == file_name(policy["key"])
+
+
+def test_cli_from_records_writes_the_policy(monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "p.json"
+    argv = ["calibrate", "--from-records", "docs/results/h200.jsonl", "--sm-count", "132"]
+    assert cli.main([*argv, "--out", str(out), "--sites", "hc_combine_norm", "--json"]) == 0
+    written = json.loads(out.read_text())
+    assert list(written["sites"]) == ["hc_combine_norm"]
+    assert json.loads(capsys.readouterr().out) == written
+    assert cli.main([*argv[:3], "--out", str(out)]) == 2  # no --sm-count
+    assert cli.main([*argv, "--sites", "router"]) == 2
+
+
+def test_cli_without_cuda_says_so(monkeypatch, capsys):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert cli.main(["calibrate"]) == 1
+    assert "on a CUDA GPU and none is here" in capsys.readouterr().err
