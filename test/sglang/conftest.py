@@ -105,3 +105,30 @@ def sglang_torch_sinkhorn(monkeypatch):
     from sglang.test.kernels.mhc import hc_split_sinkhorn_torch
 
     monkeypatch.setattr(kernels, "hc_split_sinkhorn", hc_split_sinkhorn_torch)
+
+
+@pytest.fixture
+def on_gpu(monkeypatch, tmp_path):
+    """``on_gpu(machine=H200, policy=None)``: every tensor a hook sees counts as on CUDA device
+    0 of ``machine``; ``policy`` (a JSON object, or None: the user cache left empty and the
+    built-in policies) is the one looked up. Returns the policy module."""
+    import json
+
+    from dsv41_kernels.sglang_plugin import policy as module
+    from test.sglang.policies import H200
+
+    def fake(machine=H200, policy=None):
+        monkeypatch.setattr(module, "device_of", lambda t: 0)
+        monkeypatch.setattr(module, "machine_key", lambda index: dict(machine))
+        monkeypatch.setattr(module, "USER_DIR", tmp_path / "cache")
+        monkeypatch.delenv(module.POLICY_ENV, raising=False)
+        if policy is not None:
+            path = tmp_path / "policy.json"
+            path.write_text(json.dumps(policy))
+            monkeypatch.setenv(module.POLICY_ENV, str(path))
+        module.for_device.cache_clear()
+        return module
+
+    monkeypatch.delenv("DSV41_KERNELS_FORCE", raising=False)
+    yield fake
+    module.for_device.cache_clear()

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from dsv41_kernels import interpreter
-from test.sglang import callers
+from test.sglang import callers, policies
 
 VOCAB = 4099  # >= the row-argmax kernel's 4096 minimum, and not a multiple of any block
 
@@ -100,7 +100,7 @@ def test_accept_falls_back_to_sglang_when_not_admitted(plugin, fired):
     assert "4096" in reason  # the admission's own words
 
 
-def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch):
+def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch, on_gpu):
     """Where our accept declines, SGLang's accept runs as it does without the plugin: the
     ``_row_argmax`` it calls is SGLang's own, counted as such, even where ours would take that
     argmax. Per call and per thread: another thread's argmax meanwhile, and every one after,
@@ -110,10 +110,8 @@ def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch):
     from sglang.kernels.ops.speculative.dspark import dspark_accept
 
     from dsv41_kernels.sglang_plugin import accept_greedy as hooks
-    from dsv41_kernels.sglang_plugin import measured
 
-    declined = measured.SlowerThanSGLang("accept_greedy", None, range(0, 1 << 31), "a test")
-    monkeypatch.setattr(measured, "SLOWER", (*measured.SLOWER, declined))
+    on_gpu(policy=policies.declining_policy("accept_greedy", "a test"))
     gen = torch.Generator().manual_seed(8)
     bs = 2
     logits = callers.verify_logits(gen, bs, VOCAB, nan=True)
@@ -165,9 +163,10 @@ def route(moe, gen, tokens, dtype, rows=None):
     return ours, theirs
 
 
-def test_vision_topk_declines_by_default(plugin, fired):
-    """On a machine whose GPU architecture was never measured (here: none), the hook hands
-    SGLang's own one-launch packed gate every call."""
+def test_vision_topk_declines_by_default(plugin, fired, on_gpu):
+    """On a GPU no policy matches, the hook hands SGLang's own one-launch packed gate every
+    call."""
+    on_gpu(machine=policies.GB300)
     gen = torch.Generator().manual_seed(10)
     moe = callers.vision_moe(gen, "cpu", num_experts=64)
     ours, theirs = route(moe, gen, 9, torch.float32)
@@ -175,8 +174,7 @@ def test_vision_topk_declines_by_default(plugin, fired):
     assert torch.equal(ours.topk_weights, theirs.topk_weights)
     counts = fired()["moe_fused_gate.vision_topk"]
     assert counts["ours"] == 0
-    (reason,) = counts["sglang"]
-    assert reason.startswith("measured slower than SGLang 0.5.23")
+    assert counts["sglang"] == {"not measured on NVIDIA GB300; run `dsv41-kernels calibrate`": 1}
 
 
 @pytest.mark.parametrize("runner", [None, "flashinfer_mxfp4"])
@@ -434,13 +432,12 @@ def test_quantizer_call_that_differs_gets_sglangs_function(plugin, fired, kwargs
     assert reason in why and counts[QUANT_HOOK]["ours"] == 0
 
 
-def test_attention_output_declines(plugin, monkeypatch):
+def test_attention_output_declines(plugin, monkeypatch, on_gpu):
     """What the hook leaves to SGLang, by its admission (pure: SGLang's own originals would run
     next, and they are CUDA kernels)."""
     from sglang.srt.models import deepseek_v4
 
     from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
-    from dsv41_kernels.sglang_plugin import measured
 
     layer = callers.v41_attention_layer(2, "cpu")
     o, positions = callers.attention_output(layer, 3, seed=3)
@@ -456,10 +453,7 @@ def test_attention_output_declines(plugin, monkeypatch):
     monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", True)
     assert "UE8M0" in hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
     monkeypatch.setattr(deepseek_v4, "_FP8_WO_A_UE8M0", False)
-    slower = measured.SlowerThanSGLang(
-        "inverse_rope_quant_fp8", None, range(0, 1 << 31), "x us against y us"
-    )
-    monkeypatch.setattr(measured, "SLOWER", (slower,))
+    on_gpu(policy=policies.declining_policy("inverse_rope_quant_fp8", "x us against y us"))
     assert "measured slower" in hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0].reason
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "inverse_rope_quant_fp8")
     assert hooks.rope_admission(layer, q, layer.freqs_cis, positions)[0]

@@ -7,8 +7,8 @@ two tvm-ffi JIT CUDA kernels built from SGLang's own sources (neither touches th
 kernels on the same inputs, bit for bit (the e4m3 values, the fp32 scales and the rotated
 ``o``), eagerly and replayed from a CUDA graph; then the hook, driving the output path with
 the plugin on and off for V4.1's TP-local shapes at TP 1 / 2 / 4, and the FP8 contraction on
-both results where DeepGEMM imports. The hook declines on SM90 where SGLang's chain measured
-faster (above 96 tokens at TP 1: ``sglang_plugin.measured``), so these tests take ours with
+both results where DeepGEMM imports. The hook declines on the H200 where SGLang's chain measured
+faster (above 96 tokens: its policy, ``sglang_plugin.policy``), so these tests take ours with
 ``DSV41_KERNELS_FORCE=inverse_rope_quant_fp8``: they hold the op to SGLang's bits at every T.
 """
 
@@ -157,11 +157,11 @@ def test_hooked_output_path_equals_sglangs(plugin, fired, tp, tokens):
 
 def test_hook_declines_where_sglangs_chain_measured_faster(plugin, fired, monkeypatch):
     """Unforced on the H200 at TP 1: ours at 96 tokens, SGLang's chain at 97 and 384 (measured
-    faster at 384: ``sglang_plugin.measured``); SGLang's bits either way."""
-    from dsv41_kernels.devices import sm_major
+    faster at 384: the H200's policy); SGLang's bits either way."""
+    from dsv41_kernels.sglang_plugin.policy import for_device
 
-    if sm_major(torch.cuda.current_device()) != 9:
-        pytest.skip("measured on the H200 only")
+    if for_device(torch.cuda.current_device()).policy is None:
+        pytest.skip("no policy for this GPU (the built-in one is the H200's)")
     monkeypatch.delenv("DSV41_KERNELS_FORCE")
     layer = callers.v41_attention_layer(1, "cuda")
     for tokens in (96, 97, 384):

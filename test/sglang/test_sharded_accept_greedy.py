@@ -30,7 +30,7 @@ BS = 3
 
 @pytest.fixture
 def forced(monkeypatch):
-    from dsv41_kernels.sglang_plugin.measured import FORCE_ENV
+    from dsv41_kernels.sglang_plugin.switches import FORCE_ENV
 
     monkeypatch.setenv(FORCE_ENV, "sharded_accept_greedy")
 
@@ -267,7 +267,7 @@ def check_tp_verify(rank: int) -> None:
 
 
 def tp_verify_rank(rank: int, store: str) -> None:
-    from dsv41_kernels.sglang_plugin.measured import FORCE_ENV
+    from dsv41_kernels.sglang_plugin.switches import FORCE_ENV
 
     os.environ.update({"SGLANG_PLUGINS": "dsv41_kernels", FORCE_ENV: "sharded_accept_greedy"})
     os.environ.pop("DSV41_KERNELS_DISABLE", None)

@@ -15,6 +15,11 @@ weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP
 before the FP8 ``wo_a`` on Hopper), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
 left sharded for a greedy step; off until run on several GPUs).
 
+Whether a hook takes a call is decided twice: the op's admission says whether ours can run on
+these arguments, the GPU's policy (:mod:`.policy`, written by ``dsv41-kernels calibrate``)
+whether it should; on a GPU without a policy every hook declines. The start-up line names the
+policy used (file, GPU, date) or says that none matched and what to run.
+
 ``DSV41_KERNELS_DISABLE`` turns call sites off: a comma-separated subset of the names above,
 or ``all`` (the names the switches had before are still taken: :mod:`.switches`). Each
 process reports one line saying what is on and what is off, and why: through logging when it
@@ -38,8 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsv41_kernels.sglang_plugin.dispatch import arm_exit_report, failed_hooks, fire_counts
-from dsv41_kernels.sglang_plugin.measured import measured_slower
-from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, FORCE_ENV, switch_names
+from dsv41_kernels.sglang_plugin.policy import startup_note
+from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, FORCE_ENV, forced, switch_names
 
 __all__ = ["fire_counts", "failed_hooks", "register", "status"]
 
@@ -172,12 +177,10 @@ def report_line(status: Mapping[str, str], unknown=()) -> str:
         f"dsv41-kernels {__version__} on sglang {sglang_version} (tested {TESTED_SGLANG}): "
         f"on: {', '.join(on) or '-'}; off: {'; '.join(off) or '-'}"
     )
-    slower = [name for name in on if measured_slower(name)]
-    if slower:
-        line += (
-            "; declining where measured slower than SGLang "
-            f"({FORCE_ENV} lifts it): {', '.join(slower)}"
-        )
+    line += f"; {startup_note()}"
+    lifted = [name for name in on if forced(name)]
+    if lifted:
+        line += f"; {FORCE_ENV} lifts the policy for {', '.join(lifted)}"
     if unknown:
         line += f"; ignored unknown {DISABLE_ENV} names: {', '.join(unknown)}"
     return line

@@ -35,7 +35,7 @@ from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.speculative.accept_greedy import accept_greedy, accept_greedy_admission
 from dsv41_kernels.ops.speculative.row_argmax import row_argmax, row_argmax_admission
 from dsv41_kernels.sglang_plugin import deferred_verify, dispatch
-from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _MODULE = "sglang.kernels.ops.speculative.dspark.dspark_accept"
 _ACCEPT_KEYWORDS = frozenset(
@@ -75,7 +75,12 @@ def sglangs_accept(original):
 def row_argmax_hook(original, logits, fused=False):
     """``_row_argmax``: our exact argmax wherever it is admitted (``fused`` only chose
     SGLang's inexact kernel, which ours supersedes), except inside SGLang's own accept."""
-    admission = SGLANGS_ACCEPT if _in_sglangs_accept.get() else row_argmax_admission(logits)
+    if _in_sglangs_accept.get():
+        admission = SGLANGS_ACCEPT
+    else:  # a refusal is falsy: test for None, never for truth
+        admission = policy_refusal("row_argmax", logits)
+        if admission is None:
+            admission = row_argmax_admission(logits)
     return dispatch.run(
         "accept_greedy._row_argmax",
         admission,
@@ -111,7 +116,7 @@ def accept_admission(
     )
     if refusal is not None:
         return refusal
-    slower = slower_than_sglang("accept_greedy", target_logits)
+    slower = policy_refusal("accept_greedy", target_logits)
     if slower is not None:
         return slower
     return accept_greedy_admission(candidates, target_logits, cutoff_verify_lens)

@@ -31,6 +31,7 @@ from dsv41_kernels.ops.attention.decoding_sched_meta import (
     device_sched_config,
 )
 from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _BACKEND = "sglang.srt.layers.attention.deepseek_v4_backend"
 SUPPORTED_ARCH_MAJORS = (9, 10)  # Hopper, and the SM100 family (B200/B300, GB200/GB300)
@@ -56,6 +57,9 @@ def sched_meta_admission(q: torch.Tensor, topk_length, extra_topk_length) -> Adm
     for name, t in (("topk_length", topk_length), ("extra_topk_length", extra_topk_length)):
         if t is not None and (t.dtype != torch.int32 or tuple(t.shape) != (q.shape[0],)):
             return refuse(f"{name} is not int32 [b]")
+    slower = policy_refusal("decoding_sched_meta", q)
+    if slower is not None:
+        return slower
     return admit(f"SM{major}x, {q.shape[2]} heads")
 
 

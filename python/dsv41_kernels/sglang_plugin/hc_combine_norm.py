@@ -27,7 +27,7 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm_mxfp8,
 )
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
 MAX_QUANTIZED_ROWS = 128
@@ -46,7 +46,7 @@ def combine_admission(hc, state, quantize: bool) -> Admission:
         return refuse("residual or norm weight not bf16")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
-    slower = slower_than_sglang("hc_combine_norm", x)
+    slower = policy_refusal("hc_combine_norm", x)
     if slower is not None:
         return slower
     return hc_combine_norm_admission(x.flatten(1), pre, norm.weight, quantize=quantize)

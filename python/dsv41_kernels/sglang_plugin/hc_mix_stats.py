@@ -26,7 +26,7 @@ from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _LAYER = "sglang.srt.models.deepseek_v4.DeepseekV4DecoderLayerBase"
 MIXING_WEIGHTS = ("hc_attn_fn", "hc_ffn_fn")
@@ -76,7 +76,7 @@ def mix_stats_admission(hc, x: torch.Tensor, weights, mode: str) -> Admission:
         return refuse("mixing weight is not fp32 [24, 4H]")
     if hc.scale.dtype != torch.float32 or hc.base.dtype != torch.float32:
         return refuse("scale or base not fp32")
-    slower = slower_than_sglang("hc_mix_stats", x)
+    slower = policy_refusal("hc_mix_stats", x)
     if slower is not None:
         return slower
     return hc_mix_stats_admission(x, weights, mode)

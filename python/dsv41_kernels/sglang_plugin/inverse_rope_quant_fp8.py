@@ -25,9 +25,8 @@ from elsewhere (the query's RoPE, every FP8 linear's activations, DSpark's draft
 those go straight to SGLang's function and are not counted. The layer's ``o`` is rebuilt from
 the ``q`` SGLang passes (its rope tail, ``o[..., -rope_dim:]``: same strides, the offset of the
 nope values before it). The ``inverse_rope_quant_fp8`` switch turns the three hooks off
-together; :mod:`.measured` declines the site where a GPU measured SGLang's chain faster: on the
-H200 at TP 1 from 97 tokens (``benchmark/call_sites.py``); ours is faster or even at every other
-T and TP.
+together; the GPU's policy (:mod:`.policy`) declines the site where SGLang's chain measured
+faster, per token count and local heads (the TP-local second dimension of ``o``).
 """
 
 from __future__ import annotations
@@ -48,7 +47,7 @@ from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8_admission,
 )
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 GROUP_SIZE = 128
 """What ``MQALayer.forward`` passes its quantizer on SM90 (deepseek_v4.py:3012)."""
@@ -136,7 +135,7 @@ def rope_admission(layer, q, freqs_cis, positions) -> tuple[Admission, torch.Ten
     o = attention_output(layer, q)
     if o is None:
         return refuse("q is not the rope tail of [T, H, head_dim] heads"), None
-    slower = slower_than_sglang("inverse_rope_quant_fp8", o)
+    slower = policy_refusal("inverse_rope_quant_fp8", o, columns=True)
     if slower is not None:
         return slower, None
     admission = inverse_rope_quant_fp8_admission(

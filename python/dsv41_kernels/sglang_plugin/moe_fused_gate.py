@@ -12,9 +12,8 @@ on the result. Anything else (expert-location dispatch, routing simulation, ROCm
 without Triton) goes to SGLang's original function.
 
 SGLang 0.5.23's own ``vision_topk`` already routes and packs in one Triton launch on CUDA
-(``moe_fused_gate(..., packed_out=)``). On the H200 ours measured faster at every token count
-(the CUDA kernel up to ``CUDA_MAX_TOKENS``), so the hook takes every call there and declines on
-every GPU not measured (:mod:`.measured`); ``DSV41_KERNELS_FORCE=moe_fused_gate`` takes ours
+(``moe_fused_gate(..., packed_out=)``). Where ours runs is the GPU's policy's (:mod:`.policy`;
+the H200's takes every token count measured); ``DSV41_KERNELS_FORCE=moe_fused_gate`` takes ours
 anyway.
 It is reached from ``DeepseekV2MoE.forward`` (normal and dual-stream) and MegaMoE, not from
 ``forward_deepep``. Every rank routes the same tokens, so the hook is ``replicated``
@@ -38,7 +37,7 @@ from sglang.srt.plugins.hook_registry import HookType
 from dsv41_kernels.admission import Admission, admit, refuse
 from dsv41_kernels.ops.moe.moe_fused_gate import moe_fused_gate, moe_fused_gate_admission
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.measured import slower_than_sglang
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.multimodal.dsv41.vl_routing.vision_topk"
 PACKED_RUNNER = "flashinfer_mxfp4"
@@ -88,7 +87,7 @@ def vision_topk_admission(
         return refuse("routing simulation is on")
     if torch.version.hip is not None:
         return refuse("ROCm: SGLang routes in torch there")
-    slower = slower_than_sglang("moe_fused_gate", logits)
+    slower = policy_refusal("moe_fused_gate", logits)
     if slower is not None:
         return slower
     return moe_fused_gate_admission(

@@ -58,7 +58,7 @@ from dsv41_kernels.sglang_plugin.deferred_verify import (
     deferred_shard,
     in_deferred_forward,
 )
-from dsv41_kernels.sglang_plugin.measured import FORCE_ENV, forced
+from dsv41_kernels.sglang_plugin.switches import FORCE_ENV, forced
 
 SWITCH = "sharded_accept_greedy"
 _LOGITS = "sglang.srt.layers.logits_processor.LogitsProcessor"
