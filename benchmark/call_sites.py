@@ -1,9 +1,10 @@
 """Every hooked SGLang 0.5.23 call site, SGLang's own function against the plugin's, per row count.
 
-The figures that decide each hook's default (``dsv41_kernels.sglang_plugin.measured``: a hook
-declines where it measured slower than SGLang's own function). Each call site is driven as its
-callers drive it, with SGLang's dispatch for DeepSeek-V4.1 on the GPU at hand; the
-``sglang-0.5.23`` arm takes our hooks out, the ``ours`` arm forces ours
+The figures the built-in H200 policy is decided from (``dsv41-kernels calibrate
+--from-records``: a hook declines where ours is not faster than SGLang's own function by the
+margin); its drivers, ``SITES``, also serve ``dsv41-kernels calibrate`` on a GPU. Each call
+site is driven as its callers drive it, with SGLang's dispatch for DeepSeek-V4.1 on the GPU at
+hand; the ``sglang-0.5.23`` arm takes our hooks out, the ``ours`` arm forces ours
 (``DSV41_KERNELS_FORCE=all``) so both are timed at every row count. CUDA-graph replay,
 median. Rows are the row counts the call sites see: 6 per request at verify for the accept,
 the tokens of a forward for the mHC and the router, 6 per request for the scheduler. A record's
