@@ -136,3 +136,32 @@ def test_cli_without_cuda_says_so(monkeypatch, capsys):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert cli.main(["calibrate"]) == 1
     assert "on a CUDA GPU and none is here" in capsys.readouterr().err
+
+
+def test_cli_on_a_gpu_writes_the_timed_policy(monkeypatch, tmp_path):
+    """The GPU path with the timing stood in: the records go to decide() and the policy lands in
+    the folder given, under the key's file name."""
+    import types
+
+    import torch
+
+    from dsv41_kernels import calibrate_cli
+
+    timings = {6: ([2.0] * 3, [1.0] * 3), 384: ([2.0] * 3, [2.0] * 3)}
+    asked = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(
+        torch.cuda,
+        "get_device_properties",
+        lambda i: types.SimpleNamespace(multi_processor_count=148),
+    )
+    monkeypatch.setattr(
+        calibrate_cli,
+        "time_sites",
+        lambda sites, repeats: asked.append((sites, repeats)) or records("hc_mix_stats", timings),
+    )
+    assert cli.main(["calibrate", "--out", str(tmp_path), "--sites", "hc_mix_stats"]) == 0
+    assert asked == [(["hc_mix_stats"], 3)]
+    written = json.loads((tmp_path / "policy-x-sm_100-148sm-sglang0.5.23.json").read_text())
+    assert series(written, "hc_mix_stats") == ([[0, 6]], [[7, None]])
