@@ -117,6 +117,10 @@ def test_startup_line_names_the_policy(plugin, on_gpu, monkeypatch):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
+    line = sglang_plugin.report_line({switch: "on" for switch in sglang_plugin.SWITCHES})
+    assert "; policy: looked up at the first hooked call on each GPU, and logged then" in line
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
     on_gpu()
     line = sglang_plugin.report_line({switch: "on" for switch in sglang_plugin.SWITCHES})
     assert f"; policy: {policy.BUILT_IN_DIR}/policy-h200-sm_90-132sm-sglang0.5.23.json" in line

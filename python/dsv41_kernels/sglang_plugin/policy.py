@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,8 @@ from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.devices import cuda_index
 from dsv41_kernels.jit import CACHE
 from dsv41_kernels.sglang_plugin.switches import forced
+
+logger = logging.getLogger(__name__)
 
 POLICY_ENV = "DSV41_KERNELS_POLICY"
 USER_DIR = CACHE / "policies"
@@ -257,8 +260,11 @@ def sglang_version() -> str | None:
 
 @functools.cache
 def for_device(device_index: int) -> Found:
-    """The policy of CUDA device ``device_index`` (looked up once per process and device)."""
-    return find(machine_key(device_index))
+    """The policy of CUDA device ``device_index`` (looked up once per process and device, and
+    said once in the log then: the start-up line may have had to leave it open)."""
+    found = find(machine_key(device_index))
+    (logger.info if found.policy is not None else logger.warning)("dsv41-kernels: %s", found.note)
+    return found
 
 
 def device_of(t) -> int | None:
@@ -289,6 +295,10 @@ def startup_note(environ=os.environ) -> str:
 
         if not torch.cuda.is_available():
             return "policy: no CUDA device (hooks on CUDA tensors follow a GPU's policy)"
+        if not torch.cuda.is_initialized():
+            # Reading the device here would start CUDA in a process that may fork its workers
+            # later (a forked child cannot use CUDA then): the first hooked call looks it up.
+            return "policy: looked up at the first hooked call on each GPU, and logged then"
         if environ is os.environ:
             return for_device(torch.cuda.current_device()).note
         return find(machine_key(torch.cuda.current_device()), environ).note
