@@ -424,19 +424,6 @@ def test_bad_input_raises_value_error_naming_the_argument(index):
 # ---- one rule on every path: empty input, scalars, outputs, the admission --------------------
 
 
-@pytest.fixture(params=["kernel", "fallback"])
-def path(request, monkeypatch):
-    """The kernel's path (the interpreter on CPU) or the fallback's (the interpreter off, so
-    the admission refuses CPU tensors)."""
-    if request.param == "kernel" and not (
-        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
-    ):
-        pytest.skip("no Triton device: the fallback's case covers it")
-    if request.param == "fallback":
-        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
-    return request.param
-
-
 @pytest.mark.parametrize("rotate_o", [False, True])
 def test_no_tokens_give_empty_outputs_on_every_path(path, rotate_o):
     """Zero tokens: the outputs' shapes and dtypes as for any other count, from the kernel's

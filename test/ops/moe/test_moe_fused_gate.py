@@ -442,19 +442,6 @@ def test_cuda_layout():
 # ---- one rule on every path: outputs, devices, scalars, the admission --------------------
 
 
-@pytest.fixture(params=["kernel", "fallback"])
-def path(request, monkeypatch):
-    """Each refusal below holds on both paths: the kernel's (the interpreter on CPU) and the
-    torch fallback's (the interpreter switched off, so the admission refuses CPU tensors)."""
-    if request.param == "kernel" and not (
-        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
-    ):
-        pytest.skip("no Triton device: the fallback's case covers it")
-    if request.param == "fallback":
-        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
-    return request.param
-
-
 def _overlapping_outputs():
     weights, ids = torch.empty(4, 3), torch.empty(4, 3, dtype=torch.int32)
     row = torch.empty(1, 3, dtype=torch.int32)

@@ -4,7 +4,6 @@ import pytest
 import torch
 
 import dsv41_kernels.reference.moe_fused_gate as reference
-from dsv41_kernels import interpreter
 from dsv41_kernels.ops.moe.pack_topk import PackTopkPlan, pack_topk, pack_topk_admission
 from test.machine import needs_kernel
 
@@ -66,18 +65,6 @@ def test_pack_topk_bad_input():
         pack_topk(torch.zeros(2, 3, dtype=torch.int32), torch.zeros(2, 4))
     with pytest.raises(ValueError, match="^ids"):
         pack_topk(torch.zeros(2, 3), torch.zeros(2, 3))
-
-
-@pytest.fixture(params=["kernel", "fallback"])
-def path(request, monkeypatch):
-    """The kernel's path (the interpreter on CPU) or the fallback's (the interpreter off)."""
-    if request.param == "kernel" and not (
-        torch.cuda.is_available() or interpreter.RUNS_IN_INTERPRETER
-    ):
-        pytest.skip("no Triton device: the fallback's case covers it")
-    if request.param == "fallback":
-        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
-    return request.param
 
 
 @pytest.mark.parametrize("on_meta", ["ids", "weights"])
