@@ -60,6 +60,7 @@
 #include "cluster_launch.cuh"
 #include "float_bits.cuh"
 #include "fp32_ops.cuh"
+#include "hc_combine_norm_row.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -78,7 +79,6 @@ constexpr int kMaxRows = 1 << 24;
 // clusters of 4 and slower at 128 (512 CTAs, which the occupancy test let through).
 constexpr int kEarlyStartMaxRowCtas = 384;
 constexpr uint32_t kRcp448 = 0x3B124925u;  // rcp.approx.ftz(448) = RN(1/448)
-constexpr uint32_t kBf16CanonicalNan = 0x7FC07FC0u;
 
 // The most threads a CTA may have for ITEMS vectors a thread (its register budget).
 constexpr int max_threads(int items) { return items == 1 ? 1024 : items == 2 ? 512 : 256; }
@@ -104,54 +104,6 @@ struct Params {
   float eps;
   bool one_wave;  // the grid is resident at once: let the next launch start early
 };
-
-// Two fp32 -> bf16x2 (lo in the low half), round to nearest even; NaN becomes some NaN.
-__device__ __forceinline__ uint32_t bf16x2_rn(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
-
-__device__ __forceinline__ uint32_t max_s16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("max.s16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-__device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// Per bf16 half: |h| + 0x7F. Bit 15 of a half is set iff the half is NaN (|h| > 0x7F80), so as
-// a signed 16-bit key NaN sorts below every number, and numbers keep the order of |h|.
-__device__ __forceinline__ uint32_t magnitude_keys(uint32_t w) {
-  return (w & 0x7FFF7FFFu) + 0x007F007Fu;
-}
-
-// NaN halves of a bf16x2 word -> 0x7FC0, the others unchanged.
-__device__ __forceinline__ uint32_t canonical_nan(uint32_t w, uint32_t keys) {
-  const uint32_t mask = ((keys >> 15) & 0x00010001u) * 0xFFFFu;
-  return (w & ~mask) | (kBf16CanonicalNan & mask);
-}
-
-// A butterfly over the warp (shfl_xor 16, 8, 4, 2, 1): every lane ends with the same bits.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    v = add_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  return v;
-}
-
-// Step 3 of the reduction order: the sum of slots [0, n), the same bits in every lane. The
-// butterfly is always over 32 lanes: a width set by n at run time made it a loop, slower at
-// decode sizes.
-__device__ __forceinline__ float sum_slots(const float* slots, int n, int lane) {
-  float v = lane < n ? slots[lane] : 0.0f;
-  if (n > 32) v = add_rn(v, lane + 32 < n ? slots[lane + 32] : 0.0f);
-  return warp_sum(v);
-}
 
 // Zeroes the words of the last 128-row scale tile that belong to rows >= p.rows (which is not
 // a multiple of 128): word i of a 512-byte column group holds tile row i/4 + 32·(i%4).
@@ -223,27 +175,7 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
   uint32_t xin[ITEMS][4];  // bf16x2 words of x_in
   float ss = 0.0f;
 #pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint32_t words[kStreams];
-#pragma unroll
-      for (int s = 0; s < kStreams; ++s) words[s] = reinterpret_cast<const uint32_t*>(&xv[k][s])[i];
-      float lo = mul_rn(gate[0], bf16_lo(words[0]));
-      float hi = mul_rn(gate[0], bf16_hi(words[0]));
-#pragma unroll
-      for (int s = 1; s < kStreams; ++s) {
-        lo = add_rn(lo, mul_rn(gate[s], bf16_lo(words[s])));
-        hi = add_rn(hi, mul_rn(gate[s], bf16_hi(words[s])));
-      }
-      // A NaN x_in makes ss, hence every y, NaN; its payload never reaches an output.
-      const uint32_t packed = bf16x2_rn(lo, hi);
-      xin[k][i] = packed;
-      const float a = bf16_lo(packed), b = bf16_hi(packed);
-      ss = add_rn(ss, mul_rn(a, a));
-      ss = add_rn(ss, mul_rn(b, b));
-    }
-  }
+  for (int k = 0; k < ITEMS; ++k) combine_vector(xv[k], gate, xin[k], ss);
 
   // ---- the row's sum of squares (see the reduction order above)
   ss = warp_sum(ss);
@@ -265,27 +197,11 @@ __global__ void __launch_bounds__(max_threads(ITEMS))
   uint32_t keys[ITEMS][4];
   uint32_t top = 0u;  // per half, the largest key of the thread (unsigned: NaN keys are largest)
 #pragma unroll
-  for (int k = 0; k < ITEMS; ++k) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint32_t w = reinterpret_cast<const uint32_t*>(&wv[k])[i];
-      const float lo = mul_rn(mul_rn(bf16_lo(xin[k][i]), inv), bf16_lo(w));
-      const float hi = mul_rn(mul_rn(bf16_hi(xin[k][i]), inv), bf16_hi(w));
-      yw[k][i] = bf16x2_rn(lo, hi);
-      keys[k][i] = magnitude_keys(yw[k][i]);
-      top = max_u16x2(top, keys[k][i]);
-    }
-  }
-  // A half's key >= 0x7FFF iff it is ±Inf or NaN: only then do NaNs need canonical bits and
-  // e4m3 products need the NaN -> 448 rule (a NaN product needs a NaN or infinite y in the
-  // thread: the scale-255 NaN factor is chosen only when all odd positions are NaN).
-  const bool nonfinite = ((top + 0x00010001u) & 0x80008000u) != 0u;
+  for (int k = 0; k < ITEMS; ++k) normalize_vector(xin[k], inv, wv[k], yw[k], keys[k], top);
+  const bool nonfinite = any_nonfinite(top);
   if (nonfinite) {
 #pragma unroll
-    for (int k = 0; k < ITEMS; ++k) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) yw[k][i] = canonical_nan(yw[k][i], keys[k][i]);
-    }
+    for (int k = 0; k < ITEMS; ++k) canonical_nans(yw[k], keys[k]);
   }
   uint16_t* y_row = p.y + row * p.y_row_stride + col0;
 #pragma unroll

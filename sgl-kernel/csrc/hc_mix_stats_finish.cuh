@@ -1,8 +1,8 @@
-// A row's mHC statistics from its projection sums, the fused wgmma kernel's epilogue
-// (hc_mix_stats.cu), and the cluster primitives that kernel's exchange uses.
+// A row's mHC statistics from its projection sums, the epilogue of the fused wgmma kernel
+// (hc_mix_stats.cu) and of the small-row kernels (hc_boundary.cu), and the cluster primitives
+// the wgmma kernel's exchange uses.
 //
-// In the unnamed namespace, as every symbol of the one translation unit that includes it
-// (hc_mix_stats.cu).
+// In the unnamed namespace, as every symbol of each translation unit that includes it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,7 +36,6 @@ struct FinishParams {
   float post_mult;
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)  // the fused kernel's only
 __device__ __forceinline__ float approx_reciprocal(float v) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(v));
@@ -111,6 +110,7 @@ __device__ __forceinline__ void finish_row(const FinishParams& f, int row, const
   for (int i = 0; i < 4; ++i) store4(comb_row + 4 * i, c[i][0], c[i][1], c[i][2], c[i][3]);
 }
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)  // the fused kernel's only
 // Every thread of every CTA of the cluster arrives (release), then waits (acquire): shared
 // memory written before it is visible to any CTA of the cluster after it.
 __device__ __forceinline__ void cluster_sync() {
