@@ -45,6 +45,8 @@ _EXPORTS = {
     "HcDerivedWeights": "dsv41_kernels.ops.mhc.hc_derived_weights",
     "hc_mix_stats": "dsv41_kernels.ops.mhc.hc_mix_stats",
     "hc_mix_stats_admission": "dsv41_kernels.ops.mhc.hc_mix_stats",
+    "hc_boundary": "dsv41_kernels.ops.mhc.hc_boundary",
+    "hc_boundary_admission": "dsv41_kernels.ops.mhc.hc_boundary",
 }
 
 __all__ = sorted(_EXPORTS)

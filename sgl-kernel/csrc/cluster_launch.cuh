@@ -1,5 +1,5 @@
-// Launching kernels with attributes (thread-block clusters, programmatic dependent launch),
-// shared by the kernels of this folder.
+// Launching kernels with attributes (thread-block clusters, programmatic dependent launch,
+// cooperative grids), shared by the kernels of this folder.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,6 +43,30 @@ void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, 
   }
   config.attrs = attr;
   config.numAttrs = count;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) {
+    TVM_FFI_THROW(RuntimeError) << what << " launch failed: " << cudaGetErrorString(err);
+  }
+}
+
+// `kernel` over `grid` CTAs of `block` threads with `smem` bytes of dynamic shared memory as a
+// cooperative launch on `stream`: every CTA is resident at once, so the kernel may synchronise
+// the whole grid (cooperative_groups::this_grid().sync()); CUDA refuses the launch, never hangs,
+// when the grid does not fit. Capturable in CUDA graphs. A failed launch throws a RuntimeError
+// naming `what`.
+template <typename... Params, typename... Args>
+void launch_cooperative(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attr = {};
+  attr.id = cudaLaunchAttributeCooperative;
+  attr.val.cooperative = 1;
+  config.attrs = &attr;
+  config.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << what << " launch failed: " << cudaGetErrorString(err);

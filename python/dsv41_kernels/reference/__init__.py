@@ -9,6 +9,7 @@ from __future__ import annotations
 # ``accept_greedy``) would otherwise shadow the function once the module is imported.
 from dsv41_kernels.reference.accept_greedy import accept_greedy
 from dsv41_kernels.reference.decoding_sched_meta import decoding_sched_meta
+from dsv41_kernels.reference.hc_boundary import fma_fp32, sglang_post
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.reference.hc_mix_stats import (
     hc_gates,
@@ -27,6 +28,7 @@ from dsv41_kernels.reference.sharded_row_argmax import sharded_accept_greedy, sh
 __all__ = [
     "accept_greedy",
     "decoding_sched_meta",
+    "fma_fp32",
     "hc_combine_norm",
     "hc_gates",
     "hc_mix",
@@ -38,6 +40,7 @@ __all__ = [
     "mxfp8_quantize",
     "pack_topk",
     "sharded_accept_greedy",
+    "sglang_post",
     "sharded_row_argmax",
     "split_tf32",
     "vision_topk",

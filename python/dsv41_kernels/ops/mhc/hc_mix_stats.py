@@ -26,9 +26,14 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   the residual streams every rank of a tensor-parallel group holds a copy of, so the choice
   never depends on the toolchain: a machine that cannot build or load the CUDA module gets that
   error, not the other bits.
-- ``small_row`` (fewer rows, decode): the same two launches on the raw ``fn`` (no split to
-  hold): the projection is one TF32x3 ``tl.dot`` (the split made in registers; x's residual
-  is zero), K cut into up to 128 slices so a handful of rows fills the machine.
+- ``small_row`` (fewer rows, decode and verify) on the raw ``fn`` (no split to hold): on
+  sm_90+ with 128+ SMs and H = 5120 (:func:`~.hc_mix_stats_plan.rows_kernel_fits`) one
+  cooperative launch of ``sgl-kernel/csrc/hc_boundary.cu``, whose projection is fp32 fmas on
+  CUDA cores (each product rounded once; the K slices and the orders are in the source's
+  header) and whose CTAs then finish a row each; :func:`~.hc_boundary.hc_boundary` runs the
+  same code after the post, so both give the same bits. Elsewhere the same two launches as
+  above, the projection one TF32x3 ``tl.dot`` (the split made in registers; x's residual is
+  zero), K cut into up to 128 slices so a handful of rows fills the machine.
 - ``batch_invariant`` (asked for): the compensated kernels with one fixed launch shape (split
   count, tiles, finisher rows) for every ``m``, so a row's bits do not depend on the batch. Its
   torch fallback keeps that contract by computing each row alone (:func:`fallback`).
@@ -89,6 +94,7 @@ MAX_SINKHORN_ITERS = 1000
 """Sinkhorn converges in tens of iterations (V4 runs 20); the bound keeps a mistyped count from
 running for hours."""
 MODULE = "hc_mix_stats"  # sgl-kernel/csrc/hc_mix_stats.cu: the CUDA projection (fused or not)
+ROWS_MODULE = "hc_boundary"  # sgl-kernel/csrc/hc_boundary.cu: the small-row kernel
 
 
 def _check_mode(mode) -> None:
@@ -142,6 +148,7 @@ def _path(rows: int, mode: str) -> tuple[Path, str]:
 _PROJECTION_NOTES = {
     Projection.CUDA_WGMMA: ", CUDA wgmma projection",
     Projection.CUDA_MMA: ", CUDA mma.sync projection",
+    Projection.CUDA_FP32: ", CUDA small-row kernel",
     Projection.TRITON: "",
 }
 
@@ -161,7 +168,7 @@ def _plan(x: torch.Tensor, fn: torch.Tensor, derived: bool, mode: str) -> Admiss
     why += _PROJECTION_NOTES[projection]
     if plan.numerics is Numerics.COMPENSATED and not derived:
         why += ", fn's residual made on every call (pass HcDerivedWeights)"
-    module = None if projection is Projection.TRITON else MODULE
+    module = {Projection.TRITON: None, Projection.CUDA_FP32: ROWS_MODULE}.get(projection, MODULE)
     return admit(plan.kernel, f"{path.value}: {why} ({where.reason})", module, plan)
 
 
@@ -265,6 +272,13 @@ def launch(
     if m == 0:
         return outputs
     cfg = plan.config
+    if plan.projection is Projection.CUDA_FP32:
+        part = torch.empty((m, cfg.splits, HC_MIX + 1), dtype=torch.float32, device=device)
+        load_module(ROWS_MODULE, cuda_index(device)).hc_mix_stats_rows_cuda(
+            x2d, fn, scale.reshape(-1).contiguous(), base.reshape(-1).contiguous(), pre, post,
+            comb, mix, part, cfg.block_m, rms_eps, eps, post_mult, iters,
+        )  # fmt: skip
+        return outputs
     cuda = plan.projection is not Projection.TRITON
     module = load_module(MODULE, cuda_index(device)) if cuda else None
     if plan.fused:

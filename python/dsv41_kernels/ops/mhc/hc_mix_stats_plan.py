@@ -32,17 +32,20 @@ class Projection(enum.Enum):
 
     CUDA_WGMMA = "cuda wgmma"
     CUDA_MMA = "cuda mma.sync"
+    CUDA_FP32 = "cuda fp32"  # the small-row kernel: projection and statistics in one launch
     TRITON = "triton"
 
 
 class Numerics(enum.Enum):
     """How the projection treats ``fn``: ``COMPENSATED``, two TF32 passes over ``hi`` and the
     stored residual ``lo``; ``TF32X3``, one ``tl.dot`` that splits ``fn`` in registers;
-    ``TF32``, one pass over the raw ``fn`` (upstream's numerics, a baseline only)."""
+    ``TF32``, one pass over the raw ``fn`` (upstream's numerics, a baseline only); ``FP32``,
+    fp32 fmas on CUDA cores over the raw ``fn`` (each product rounded once)."""
 
     COMPENSATED = "compensated"
     TF32X3 = "tf32x3"
     TF32 = "tf32"
+    FP32 = "fp32"
 
 
 MAX_SPLITS = 256
@@ -62,6 +65,11 @@ FINISH_PAIRS_FEW_ROWS = 256
 """The same with 32-column partials at up to 8 rows a program, so one step takes every slice of
 the one-wave shapes (faster on the H200; at 16 and 32 rows a program it was slower)."""
 _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
+ROWS_KERNEL_SLICES = 128
+"""K slices of the small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``): one CTA each, all
+resident at once, so it runs on GPUs of at least this many SMs."""
+ROWS_KERNEL_K = 20480  # 4 x 5120: the kernel's one width (V4's hidden size)
+ROWS_KERNEL_MAX_ROWS = ROWS_KERNEL_SLICES - 1
 
 
 @dataclass(frozen=True)
@@ -140,9 +148,33 @@ def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
     )
 
 
+def rows_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
+    """The small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``) takes ``x2d``: bf16 ``[m,
+    20480]`` with 1-127 rows, 16-byte aligned unit-stride rows that do not overlap, ``fn``
+    contiguous and 16-byte aligned, on sm_90+ with at least :data:`ROWS_KERNEL_SLICES` SMs."""
+    return (
+        x2d.is_cuda
+        and 1 <= x2d.shape[0] <= ROWS_KERNEL_MAX_ROWS
+        and x2d.shape[1] == ROWS_KERNEL_K
+        and cuda_kernel_fits(x2d, fn)
+        and sm_major(cuda_index(x2d.device)) >= 9
+        and multiprocessors(cuda_index(x2d.device)) >= ROWS_KERNEL_SLICES
+    )
+
+
+def rows_kernel_tile(m: int) -> int:
+    """The small-row kernel's row tile for ``m`` rows: the least power of two >= max(m, 8).
+    Its thread layout (the projection's K split over 640 / tile parts) follows from it, so the
+    bits do too."""
+    return max(8, triton.next_power_of_2(m))
+
+
 def projection_for(x2d: torch.Tensor, fn: torch.Tensor, path: Path) -> Projection:
-    """The projection's kernel: CUDA on the compensated paths where it fits, else Triton."""
-    if path is Path.SMALL_ROW or not cuda_kernel_fits(x2d, fn):
+    """The projection's kernel: CUDA on the compensated paths where it fits, the small-row
+    CUDA kernel on the small-row path where it fits, else Triton."""
+    if path is Path.SMALL_ROW:
+        return Projection.CUDA_FP32 if rows_kernel_fits(x2d, fn) else Projection.TRITON
+    if not cuda_kernel_fits(x2d, fn):
         return Projection.TRITON
     return Projection.CUDA_WGMMA if uses_wgmma(x2d.device) else Projection.CUDA_MMA
 
@@ -167,6 +199,9 @@ def split_k_config(
     """
     if path is Path.BATCH_INVARIANT:
         return SplitKConfig(128 if cuda else 64, 64, min(40, triton.cdiv(k, 64)), 8, 3, 8)
+    if path is Path.SMALL_ROW and cuda:  # the small-row kernel: a row tile, 128 K slices
+        tile = rows_kernel_tile(m)
+        return SplitKConfig(tile, k // ROWS_KERNEL_SLICES, ROWS_KERNEL_SLICES, 20, 1, 1)
     # About a row a program per SM, half that below 1024 rows (the finisher's dependent chain,
     # not its loads, sets its time there), at most 32: the fastest of the H200 sweep.
     rows_an_sm = triton.next_power_of_2(triton.cdiv(m, num_sms))
@@ -194,10 +229,17 @@ def split_k_config(
     return SplitKConfig(64, block_k, splits, 8, 3, finish_rows)
 
 
-def check_config(cfg: SplitKConfig, *, cuda: bool = False, wgmma: bool = False) -> None:
+def check_config(
+    cfg: SplitKConfig, *, cuda: bool = False, wgmma: bool = False, rows: bool = False
+) -> None:
     """Raise ValueError unless ``cfg`` is a launch shape the kernels take (``cuda``: the CUDA
-    projection's, ``wgmma`` its Hopper kernel's)."""
+    projection's, ``wgmma`` its Hopper kernel's, ``rows`` the small-row kernel's)."""
     pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
+    if rows:
+        tile_ok = cfg.block_m <= 128 and pow2(cfg.block_m, 8)
+        if not tile_ok or cfg.splits != ROWS_KERNEL_SLICES:
+            raise ValueError(f"config: the small-row kernel takes a row tile of 8-128, {cfg}")
+        return
     if cuda and cfg.block_m not in ((128, 256) if wgmma else (128,)):
         raise ValueError(f"config: block_m must be 128 (or 256 with wgmma) on CUDA, got {cfg}")
     if not ((cuda or cfg.block_m in (16, 32, 64, 128)) and pow2(cfg.block_k, 16)):
@@ -223,10 +265,14 @@ def make_plan(
     defaults to the path's (TF32X3 on the small-row path, else COMPENSATED)."""
     cuda = projection is not Projection.TRITON
     wgmma = projection is Projection.CUDA_WGMMA
-    check_config(config, cuda=cuda, wgmma=wgmma)
+    rows = projection is Projection.CUDA_FP32
+    check_config(config, cuda=cuda, wgmma=wgmma, rows=rows)
     if numerics is None:
-        numerics = Numerics.TF32X3 if path is Path.SMALL_ROW else Numerics.COMPENSATED
-    return MixStatsPlan(path, projection, numerics, config, fuses(config, wgmma=wgmma))
+        numerics = Numerics.COMPENSATED
+        if path is Path.SMALL_ROW:
+            numerics = Numerics.FP32 if rows else Numerics.TF32X3
+    fused = rows or fuses(config, wgmma=wgmma)
+    return MixStatsPlan(path, projection, numerics, config, fused)
 
 
 def default_plan(path: Path, projection: Projection, m: int, k: int, device) -> MixStatsPlan:

@@ -1,0 +1,201 @@
+"""The mHC boundary in one launch: the post of sublayer l, the mixing statistics of its result
+for sublayer l + 1, and sublayer l + 1's combine + RMSNorm.
+
+Between two sublayers DeepSeek-V4.1 rebuilds the four residual streams (the post), predicts the
+next hyper-connection's ``(pre, post, comb)`` from them (the statistics) and collapses them into
+the next sublayer's input (the combine + RMSNorm, with the gates ``pre`` of the previous
+statistics: SGLang's lag). At decode and verify sizes each step is a few hundred nanoseconds of
+memory traffic behind its own launch and a grid-wide dependency; here they are one cooperative
+launch (``sgl-kernel/csrc/hc_boundary.cu``).
+
+Contract (``y [m, H]`` bf16, ``residual [m, 4, H]`` bf16, ``post [m, 4]`` and ``comb [m, 4, 4]``
+fp32 (this boundary's triplet), ``pre [m, 4]`` fp32 (the next combine's gates), ``fn [24, 4H]``,
+``scale [3]``, ``base [24]`` fp32 (the next statistics'), ``weight [H]`` bf16 (the next norm's)):
+
+- ``updated`` is **bitwise** SGLang 0.5.23's post
+  (:func:`dsv41_kernels.reference.hc_boundary.sglang_post`: the fp32 fma chain of its SM90
+  kernels, round to nearest even to bf16);
+- the statistics ``(pre', post', comb')`` are **bitwise** :func:`~.hc_mix_stats.hc_mix_stats`
+  of ``updated`` (its small-row path, ``mode="auto"`` below 128 rows), and ``normed`` is
+  **bitwise** :func:`~.hc_combine_norm.hc_combine_norm` of ``updated`` with ``pre`` and
+  ``weight``: on the kernel path the fused kernel shares those ops' kernels' orders (the
+  small-row statistics kernel is the same source; the combine is ``hc_combine_norm.cu``'s
+  one-CTA shape, which has its cluster shape's bits); the fallback runs the three ops unfused.
+
+The kernel runs (:func:`hc_boundary_admission`) on CUDA with the small-row statistics kernel
+(:func:`~.hc_mix_stats_plan.rows_kernel_fits`: sm_90+, at least 128 SMs, H = 5120, 1..127 rows),
+contiguous inputs and 16-byte aligned rows; elsewhere the fallback.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dsv41_kernels.admission import (
+    Admission,
+    admit,
+    check_admission,
+    check_float,
+    check_int,
+    check_outputs,
+    check_tensor,
+    invalid,
+    refuse,
+)
+from dsv41_kernels.devices import cuda_index
+from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
+from dsv41_kernels.ops.mhc.hc_mix_stats import MAX_SINKHORN_ITERS, hc_mix_stats
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    ROWS_KERNEL_SLICES,
+    rows_kernel_fits,
+    rows_kernel_tile,
+)
+from dsv41_kernels.reference.hc_boundary import sglang_post
+from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
+
+MODULE = "hc_boundary"  # sgl-kernel/csrc/hc_boundary.cu
+KERNEL = "cuda cooperative"
+
+
+@dataclass(frozen=True)
+class BoundaryPlan:
+    """What runs: the one cooperative kernel with the small-row statistics' row tile
+    (:func:`~.hc_mix_stats_plan.rows_kernel_tile`), which sets its bits."""
+
+    row_tile: int
+    kernel: str = KERNEL
+
+
+def _validate(y, residual, post, comb, pre, fn, scale, base, weight) -> None:
+    """ValueError naming the first argument that is off (shapes, dtypes, devices)."""
+    check_tensor("y", y, dtypes=(torch.bfloat16,), ndim=2)
+    m, h = y.shape
+    check_tensor("residual", residual, dtypes=(torch.bfloat16,), ndim=3)
+    if tuple(residual.shape) != (m, HC_MULT, h):
+        raise ValueError(f"residual must be [{m}, {HC_MULT}, {h}], got {tuple(residual.shape)}")
+    shapes = {
+        "post": (post, (m, HC_MULT)),
+        "comb": (comb, (m, HC_MULT, HC_MULT)),
+        "pre": (pre, (m, HC_MULT)),
+        "fn": (fn, (HC_MIX, HC_MULT * h)),
+        "scale": (scale, (3,)),
+        "base": (base, (HC_MIX,)),
+    }
+    for name, (t, shape) in shapes.items():
+        check_tensor(name, t, dtypes=(torch.float32,))
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)}, got {tuple(t.shape)}")
+    check_tensor("weight", weight, dtypes=(torch.bfloat16,))
+    if tuple(weight.shape) != (h,):
+        raise ValueError(f"weight must be [{h}], got {tuple(weight.shape)}")
+    for name, t in (("residual", residual), *((n, t) for n, (t, _) in shapes.items())):
+        if t.device != y.device:
+            raise ValueError(f"{name} is on {t.device}, y on {y.device}")
+    if weight.device != y.device:
+        raise ValueError(f"weight is on {weight.device}, y on {y.device}")
+    if y.is_meta:
+        raise ValueError("y is a meta tensor: the boundary needs its values")
+
+
+def _fits(y, residual, post, comb, pre, fn, scale, base, weight) -> str | None:
+    """Why the kernel cannot take these (valid) arguments, or None."""
+    x_like = residual.flatten(1) if residual.is_contiguous() else residual.reshape(y.shape[0], -1)
+    if not rows_kernel_fits(x_like, fn):
+        return "the small-row statistics kernel does not fit (sm_90+, 128+ SMs, H 5120, 1-127 rows)"
+    aligned = lambda t: t.data_ptr() % 16 == 0
+    if not (residual.is_contiguous() and aligned(residual)):
+        return "residual is not contiguous and 16-byte aligned"
+    if not (y.stride(1) == 1 and aligned(y) and y.stride(0) * 2 % 16 == 0):
+        return "y rows are not unit-stride and 16-byte aligned"
+    if not all(t.is_contiguous() for t in (post, comb, pre, scale, base)):
+        return "post, comb, pre, scale or base is not contiguous"
+    if not (weight.is_contiguous() and aligned(weight)):
+        return "weight is not contiguous and 16-byte aligned"
+    return None
+
+
+def hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight) -> Admission:
+    """Whether the fused kernel runs (pure: shapes, strides, dtypes, devices; never raises)."""
+    try:
+        _validate(y, residual, post, comb, pre, fn, scale, base, weight)
+    except ValueError as e:
+        return invalid(e)
+    if not y.is_cuda:
+        return refuse(f"{y.device.type} tensors: the kernel is CUDA only")
+    why = _fits(y, residual, post, comb, pre, fn, scale, base, weight)
+    if why is not None:
+        return refuse(why)
+    plan = BoundaryPlan(rows_kernel_tile(y.shape[0]))
+    return admit(KERNEL, f"{KERNEL}: {y.shape[0]} rows, row tile {plan.row_tile}", MODULE, plan)
+
+
+def hc_boundary(
+    y: torch.Tensor,
+    residual: torch.Tensor,
+    post: torch.Tensor,
+    comb: torch.Tensor,
+    pre: torch.Tensor,
+    fn: torch.Tensor,
+    scale: torch.Tensor,
+    base: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    iters: int = 20,
+    rms_eps: float = 1e-6,
+    eps: float = 1e-6,
+    post_mult: float = 2.0,
+    norm_eps: float = 1e-6,
+    admission: Admission | None = None,
+):
+    """``(updated [m, 4, H] bf16, normed [m, H] bf16, (pre' [m, 4], post' [m, 4], comb' [m, 4,
+    4]))``: the post, then the next sublayer's input and statistics (see the module).
+
+    Args:
+        y: the sublayer's output ``[m, H]`` bf16. residual: the streams it joins ``[m, 4, H]``.
+        post, comb: this boundary's triplet (fp32). pre: the next combine's gates (fp32).
+        fn, scale, base: the next statistics' weights (fp32; fn the raw ``[24, 4H]``).
+        weight: the next norm's weight ``[H]`` bf16.
+        iters, rms_eps, eps, post_mult: the statistics' (V4's 20, 1e-6, 1e-6, 2.0);
+        norm_eps: the norm's epsilon.
+        admission: this call's :func:`hc_boundary_admission`, when the caller made it.
+    """
+    admission = check_admission(admission)
+    if admission is None or not admission:
+        _validate(y, residual, post, comb, pre, fn, scale, base, weight)
+        if admission is None:
+            admission = hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight)
+    iters = check_int("iters", iters, low=1, high=MAX_SINKHORN_ITERS)
+    rms_eps, eps, post_mult, norm_eps = (
+        check_float(name, value)
+        for name, value in (
+            ("rms_eps", rms_eps), ("eps", eps), ("post_mult", post_mult), ("norm_eps", norm_eps)
+        )
+    )  # fmt: skip
+    scalars = dict(iters=iters, rms_eps=rms_eps, eps=eps, post_mult=post_mult)
+    if not admission:
+        return fallback(y, residual, post, comb, pre, fn, scale, base, weight, norm_eps, scalars)
+    m, h = y.shape
+    updated = torch.empty((m, HC_MULT, h), dtype=torch.bfloat16, device=y.device)
+    normed = torch.empty((m, h), dtype=torch.bfloat16, device=y.device)
+    stats = [torch.empty((m, *shape), dtype=torch.float32, device=y.device) for shape in
+             ((HC_MULT,), (HC_MULT,), (HC_MULT, HC_MULT), (HC_MIX,))]  # fmt: skip
+    part = torch.empty((m, ROWS_KERNEL_SLICES, HC_MIX + 1), dtype=torch.float32, device=y.device)
+    check_outputs({"updated": updated, "normed": normed})
+    module = load_module(MODULE, cuda_index(y.device))
+    module.hc_boundary_cuda(
+        y, residual, post, comb, pre, weight, fn, scale, base, updated, normed, *stats, part,
+        admission.plan.row_tile, rms_eps, eps, post_mult, norm_eps, iters,
+    )  # fmt: skip
+    return updated, normed, tuple(stats[:3])
+
+
+def fallback(y, residual, post, comb, pre, fn, scale, base, weight, norm_eps, scalars):
+    """The three steps unfused: SGLang's post (bit-exact in torch), then :func:`hc_mix_stats`
+    and :func:`hc_combine_norm` of its result (each on its own kernel or fallback)."""
+    updated = sglang_post(y, residual, post, comb)
+    flat = updated.flatten(1)
+    stats = hc_mix_stats(flat, fn, scale, base, **scalars)
+    return updated, hc_combine_norm(flat, pre, weight, norm_eps), stats

@@ -1,0 +1,218 @@
+"""hc_boundary: SGLang's post bit for bit, then the next statistics and combine + RMSNorm with the
+bits of the unfused ops, in one launch (the GPU tier); the references, the admission and the
+fallback (everywhere)."""
+
+import fractions
+import struct
+
+import numpy as np
+import pytest
+import torch
+
+from dsv41_kernels.cases.hc_mix_stats import example_inputs, mix_relative_error
+from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
+from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
+from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import rows_kernel_fits, rows_kernel_tile
+from dsv41_kernels.reference.hc_boundary import fma_fp32, sglang_post
+from dsv41_kernels.reference.hc_boundary import hc_boundary as ref_boundary
+from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
+from dsv41_kernels.reference.hc_mix_stats import hc_mix, hc_post
+from test.machine import on_cuda, pretend_arch
+
+H = 5120
+
+
+def boundary_inputs(m: int, *, seed: int, hidden: int = H, device="cpu", special: bool = False):
+    """(y, residual, post, comb, pre, fn, scale, base, weight) as a verify step has them: post
+    in (0, 2), comb and pre positive, streams and outputs of order one. ``special`` puts
+    zeros, negative zeros, large and tiny values into y and the residual."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randn(m, hidden, generator=gen)
+    residual = torch.randn(m, 4, hidden, generator=gen)
+    if special:
+        for t in (y, residual.view(m, -1)):
+            idx = torch.randint(0, t.shape[1], (m, 64), generator=gen)
+            values = torch.tensor([0.0, -0.0, 3.0e4, -3.0e4, 1e-30, -1e-38, 448.0, 2.0**-126])
+            t.scatter_(1, idx, values[torch.randint(0, 8, (m, 64), generator=gen)])
+    post = 2 * torch.rand(m, 4, generator=gen)
+    comb = torch.rand(m, 4, 4, generator=gen)
+    comb = comb / comb.sum(1, keepdim=True)
+    pre = torch.rand(m, 4, generator=gen) + 1e-6
+    _, fn, scale, base = example_inputs(1, hidden, device="cpu", seed=seed + 1)
+    weight = (1 + 0.1 * torch.randn(hidden, generator=gen)).bfloat16()
+    tensors = (y.bfloat16(), residual.bfloat16(), post, comb, pre, fn, scale, base, weight)
+    return tuple(t.to(device) for t in tensors)
+
+
+def bits(t):
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def fp32_neighbours_nearest(v: fractions.Fraction) -> float:
+    """The fp32 nearest to the exact rational ``v`` (ties to even), by brute force."""
+    r = struct.unpack("f", struct.pack("f", float(v)))[0]
+    up = float(np.nextafter(np.float32(r), np.float32(np.inf)))
+    down = float(np.nextafter(np.float32(r), np.float32(-np.inf)))
+    odd = lambda c: struct.unpack("I", struct.pack("f", c))[0] & 1
+    return min((r, up, down), key=lambda c: (abs(fractions.Fraction(c) - v), odd(c)))
+
+
+def test_fma_fp32_rounds_once():
+    gen = torch.Generator().manual_seed(0)
+    scales = lambda: 2.0 ** torch.randint(-20, 20, (400,), generator=gen)
+    a, b, c = (torch.randn(400, generator=gen) * scales() for _ in range(3))
+    # Exact ties: a·b = 2^24 + 2^13 + 1 lies halfway between two fp32s; c breaks the tie or not.
+    a = torch.cat([a, torch.full((3,), 4097.0)])
+    b = torch.cat([b, torch.full((3,), 4097.0)])
+    c = torch.cat([c, torch.tensor([2.0**-30, -(2.0**-30), 0.0])])
+    got = fma_fp32(a, b, c)
+    for i in range(a.numel()):
+        exact = fractions.Fraction(a[i].item()) * fractions.Fraction(b[i].item())
+        exact += fractions.Fraction(c[i].item())
+        assert got[i].item() == fp32_neighbours_nearest(exact), i
+    assert got[-3:].tolist() == [16785410.0, 16785408.0, 16785408.0]
+
+
+def test_sglang_post_is_the_post_rounded_once_to_bf16():
+    for seed in range(20):
+        special = seed % 2 == 1
+        y, residual, post, comb, *_ = boundary_inputs(5, seed=seed, hidden=64, special=special)
+        exact = hc_post(y, residual, post, comb, dtype=torch.float64).float()
+        ours = sglang_post(y, residual, post, comb).float()
+        # one bf16 rounding of an fp32 value within a few fp32 ulps of the exact one
+        ulp = torch.ldexp(torch.ones_like(exact), torch.frexp(exact)[1] - 8).clamp_min(2.0**-133)
+        assert ((ours - exact).abs() <= ulp).all()
+
+
+def test_fallback_is_the_three_ops_unfused():
+    args = boundary_inputs(6, seed=1, hidden=64)
+    updated, normed, stats = hc_boundary(*args)
+    y, residual, post, comb, pre, fn, scale, base, weight = args
+    assert torch.equal(bits(updated), bits(sglang_post(y, residual, post, comb)))
+    flat = updated.flatten(1)
+    for a, b in zip(stats, hc_mix_stats(flat, fn, scale, base), strict=True):
+        assert torch.equal(bits(a), bits(b))
+    assert torch.equal(bits(normed), bits(hc_combine_norm(flat, pre, weight, 1e-6)))
+    ref_updated, ref_normed, ref_stats = ref_boundary(*args)
+    assert torch.equal(bits(updated), bits(ref_updated))
+    assert (normed.double() - ref_normed).abs().max() < 0.05
+
+
+def test_admission_refuses_off_cuda_and_names_bad_arguments():
+    args = boundary_inputs(2, seed=2, hidden=64)
+    assert not hc_boundary_admission(*args)
+    assert "cpu" in hc_boundary_admission(*args).reason
+    y, residual, post, comb, pre, fn, scale, base, weight = args
+    bad = {
+        "y": (y.float(), "y must have dtype"),
+        "residual": (residual[:, :3], r"residual must be \[2, 4, 64\]"),
+        "comb": (comb[:, :, :2], r"comb must be \[2, 4, 4\]"),
+        "fn": (fn[:, :8], r"fn must be \[24, 256\]"),
+        "weight": (weight[:8], r"weight must be \[64\]"),
+        "pre": (pre.double(), "pre must have dtype"),
+    }
+    names = ("y", "residual", "post", "comb", "pre", "fn", "scale", "base", "weight")
+    for name, (value, match) in bad.items():
+        call = dict(zip(names, args, strict=True))
+        call[name] = value
+        assert not hc_boundary_admission(**call)
+        with pytest.raises(ValueError, match=match):
+            hc_boundary(**call)
+    with pytest.raises(ValueError, match="iters"):
+        hc_boundary(*args, iters=True)
+
+
+def test_kernel_admission_on_a_pretend_h200(monkeypatch):
+    """What an H200 takes: 1-127 rows of H = 5120, contiguous; the plan's row tile."""
+    pretend_arch(9, monkeypatch.setattr)
+    import dsv41_kernels.ops.mhc.hc_mix_stats_plan as plan
+
+    monkeypatch.setattr(plan, "multiprocessors", lambda index: 132)
+    for m, tile in ((1, 8), (6, 8), (9, 16), (64, 64), (65, 128), (127, 128)):
+        args = tuple(on_cuda(t) for t in boundary_inputs(m, seed=m))
+        a = hc_boundary_admission(*args)
+        assert a and a.kernel == "cuda cooperative"
+        assert a.plan.row_tile == tile == rows_kernel_tile(m)
+        x = args[1].flatten(1)
+        assert hc_mix_stats_admission(x, args[5]).kernel == "small_row/cuda fp32 fused"
+    args = tuple(on_cuda(t) for t in boundary_inputs(128, seed=0))
+    assert not hc_boundary_admission(*args)
+    monkeypatch.setattr(plan, "multiprocessors", lambda index: 114)
+    args = tuple(on_cuda(t) for t in boundary_inputs(6, seed=0))
+    assert not rows_kernel_fits(args[1].flatten(1), args[5])
+    assert "does not fit" in hc_boundary_admission(*args).reason
+
+
+# ---- the GPU tier: fused against unfused, bit for bit
+
+GPU_ROWS = (1, 2, 3, 5, 6, 7, 8, 12, 16, 24, 31, 32, 33, 48, 64, 65, 96, 120, 127)
+
+
+def _kernel_or_skip(args):
+    admission = hc_boundary_admission(*args)
+    if not admission:
+        pytest.skip(f"hc_boundary's kernel does not run here: {admission.reason}")
+    return admission
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", GPU_ROWS)
+def test_gpu_fused_equals_unfused_bit_for_bit(m):
+    for seed in range(12):
+        args = boundary_inputs(m, seed=1000 * m + seed, device="cuda", special=seed % 3 == 2)
+        admission = _kernel_or_skip(args)
+        updated, normed, stats = hc_boundary(*args, admission=admission)
+        y, residual, post, comb, pre, fn, scale, base, weight = args
+        assert torch.equal(bits(updated), bits(sglang_post(y, residual, post, comb)))
+        flat = updated.flatten(1)
+        assert hc_mix_stats_admission(flat, fn).kernel == "small_row/cuda fp32 fused"
+        for a, b in zip(stats, hc_mix_stats(flat, fn, scale, base), strict=True):
+            assert torch.equal(bits(a), bits(b))
+        assert torch.equal(bits(normed), bits(hc_combine_norm(flat, pre, weight, 1e-6)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("m", (1, 6, 31, 64, 127))
+def test_gpu_statistics_against_float64(m):
+    """The fp32 projection's error against float64, and the norm within one bf16 ulp."""
+    args = boundary_inputs(m, seed=7 + m, device="cuda")
+    _kernel_or_skip(args)
+    updated, normed, _ = hc_boundary(*args)
+    flat = updated.flatten(1)
+    fn, scale, base = args[5], args[6], args[7]
+    ours = hc_mix_stats(flat, fn, scale, base, return_mix=True)
+    err = mix_relative_error(ours[3], hc_mix(flat, fn))
+    assert err <= MIX_RTOL / 10, err
+    ref = ref_combine_norm(flat, args[4], args[8], 1e-6, dtype=torch.float64)
+    ulp = torch.ldexp(torch.ones_like(ref), torch.frexp(ref)[1] - 8)
+    assert ((normed.double() - ref).abs() <= ulp).all()
+
+
+@pytest.mark.gpu
+def test_gpu_graph_replay_and_repeat_are_identical():
+    args = boundary_inputs(6, seed=3, device="cuda")
+    _kernel_or_skip(args)
+    first = hc_boundary(*args)
+    out = {}
+    graph = torch.cuda.CUDAGraph()
+    hc_boundary(*args)  # warm (module loaded, attributes set) before capture
+    with torch.cuda.graph(graph):
+        out["v"] = hc_boundary(*args)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip((first[0], first[1], *first[2]), (out["v"][0], out["v"][1], *out["v"][2])):
+        assert torch.equal(bits(a), bits(b))
+
+
+@pytest.mark.gpu
+def test_gpu_matches_sglang_own_post_kernel():
+    split_h = pytest.importorskip("sglang.kernels.ops.layernorm.mhc_post_split_h")
+    for m in (1, 6, 48, 64):
+        args = boundary_inputs(m, seed=50 + m, device="cuda", special=True)
+        _kernel_or_skip(args)
+        updated, _, _ = hc_boundary(*args)
+        y, residual, post, comb = args[:4]
+        theirs = split_h.mhc_post_split_h(y, residual, post, comb)
+        assert torch.equal(bits(updated), bits(theirs))
