@@ -12,7 +12,8 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 ``hc_combine_norm`` (mHC combine+norm with the MXFP8 epilogue), ``decoding_sched_meta``
 (FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
-before the FP8 ``wo_a`` on Hopper), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
+before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
+combine+norm in one launch), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
 left sharded for a greedy step; off until run on several GPUs).
 
 Whether a hook takes a call is decided twice: the op's admission says whether ours can run on
@@ -92,6 +93,11 @@ SITES = (
         "inverse_rope_quant_fp8",
         f"{__name__}.inverse_rope_quant_fp8",
         "attention output RoPE + FP8 quant -> inverse_rope_quant_fp8",
+    ),
+    Site(
+        "hc_boundary",
+        f"{__name__}.hc_boundary",
+        "mHC boundary: post + next statistics + next combine+norm -> hc_boundary",
     ),
     Site(
         "sharded_accept_greedy",

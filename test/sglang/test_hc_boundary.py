@@ -1,0 +1,126 @@
+"""The ``hc_boundary`` hook inside SGLang 0.5.23's own chain: ``run_attn_post`` (the post of a
+DeepSeek-V4.1 attention sublayer, as ``HcReadCall.update_and_read`` calls it with the consumer's
+``HcNextBoundary``), then the consumer's ``combine`` and the next post with the precomputed
+statistics. CPU: the hook is on the call site and declines; GPU (the H200): it fires, SGLang's
+post bit for bit, the statistics and the normed rows our unfused ops' bits."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from test.sglang import callers
+
+HOOK = "hc_boundary._post_fusion"
+
+
+def chain(layer, y, y2, residual, *, ours: bool):
+    """attn post (-> ffn's input and stats) -> ffn combine -> ffn post with them: SGLang's chain,
+    with our hooks (``ours``) or without. Returns (state after the attn post, x, residual out)."""
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    def run():
+        boundary = mhc.make_boundary(
+            layer.post_attention_layernorm, accepts_mxfp8=False, hc=layer.ffn_hc
+        )
+        first = mhc.run_attn_post(
+            layer.attn_hc, y, residual, stats_stream=None, next=boundary, world_size=1,
+            precomputed=None,
+        )  # fmt: skip
+        stats = first.stats
+        x = mhc.combine(layer.ffn_hc, first)
+        updated = first.streams
+        last = mhc.run_attn_post(
+            layer.ffn_hc, y2, updated, stats_stream=None, next=None, world_size=1,
+            precomputed=stats,
+        )  # fmt: skip
+        return updated, x, stats, last.streams
+
+    if ours:
+        return run()
+    with callers.sglang_functions(mhc):
+        return run()
+
+
+def inputs(rows, device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randn(rows, callers.HIDDEN, generator=gen).bfloat16().to(device)
+    y2 = torch.randn(rows, callers.HIDDEN, generator=gen).bfloat16().to(device)
+    residual = torch.randn(rows, 4, callers.HIDDEN, generator=gen).bfloat16().to(device)
+    return y, y2, residual
+
+
+@pytest.fixture
+def cpu_layer(plugin):
+    return callers.v41_decoder_layer(torch.Generator().manual_seed(0), "cpu")
+
+
+def test_hook_is_on_the_call_site_and_declines_off_cuda(
+    cpu_layer, fired, monkeypatch, sglang_torch_sinkhorn
+):
+    from sglang.srt.environ import envs
+
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
+    y, y2, residual = inputs(6, "cpu")
+    # SGLang's torch post on CPU; a later CPU step of its chain may fail, after the hook ran.
+    with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False), contextlib.suppress(Exception):
+        chain(cpu_layer, y, y2, residual, ours=True)
+    counts = fired().get(HOOK)
+    assert counts is not None and counts["ours"] == 0, counts
+    reasons = list(counts["sglang"])
+    assert any("cpu" in reason for reason in reasons), reasons
+
+
+@pytest.fixture
+def gpu_layer(plugin):
+    if not torch.cuda.is_available():
+        pytest.skip("gpu tier: no CUDA device on this machine")
+    return callers.v41_decoder_layer(torch.Generator().manual_seed(1), "cuda")
+
+
+def bits(t):
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 6, 24, 48, 96, 127])
+def test_boundary_in_sglangs_chain(gpu_layer, fired, monkeypatch, rows):
+    from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
+    from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
+    from dsv41_kernels.reference.hc_mix_stats import hc_mix_stats as reference
+
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary,hc_mix_stats,hc_combine_norm")
+    y, y2, residual = inputs(rows, "cuda", seed=rows)
+    updated, x, stats, out = chain(gpu_layer, y, y2, residual, ours=True)
+    counts = fired()[HOOK]
+    assert counts == {"ours": 1, "sglang": {"the seam is closed (last layer or Engram): no next "
+                                            "sublayer": 1}}, counts  # fmt: skip
+    theirs = callers.run_sglang(lambda: chain(gpu_layer, y, y2, residual, ours=False))
+    (t_updated, t_x, t_stats, t_out), why = theirs
+    if why is not None:
+        pytest.skip(f"SGLang's own chain does not run here ({why})")
+    assert torch.equal(bits(updated), bits(t_updated))  # SGLang's post, bit for bit
+    ffn = gpu_layer.ffn_hc
+    flat = updated.flatten(1)
+    unfused = hc_mix_stats(flat, ffn.fn, ffn.scale, ffn.base)
+    for a, b in zip(stats, unfused, strict=True):
+        assert torch.equal(bits(a), bits(b))
+    ref = reference(updated, ffn.fn, ffn.scale, ffn.base, iters=20, eps=1e-6, rms_eps=1e-6)
+    for a, b in zip(stats, ref, strict=True):
+        assert (a.double() - b).abs().max() < 1e-5
+    weight, eps = ffn.norm.weight, ffn.norm.variance_epsilon
+    attn_pre = callers_attn_pre(gpu_layer, residual)
+    assert torch.equal(bits(x), bits(hc_combine_norm(flat, attn_pre, weight, eps)))
+    ref_x = callers.combine_norm_float64(updated, attn_pre, weight, eps)
+    assert callers.bf16_ulp_error(x, ref_x) <= 1
+    assert out.shape == t_out.shape == residual.shape and t_stats is None  # SGLang's SM90 chain
+
+
+def callers_attn_pre(layer, residual):
+    """The attention hyper-connection's ``pre`` for ``residual``: the gates the next combine
+    takes (SGLang's lag), as our statistics hook computes them."""
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    return mhc.mix_stats(layer.attn_hc, residual)[0]
