@@ -36,7 +36,8 @@ A record per group and arm: ``op`` the op the group's hook runs, ``call_site`` t
 ``per_cycle`` its calls a cycle, ``us`` the group's time a cycle; then :data:`WHOLE_CYCLE`'s
 (``groups``: the ops whose groups ran in both arms, all in one graph).
 
-Run from the repository root where SGLang 0.5.23 imports (tools/sglang_env on the H200):
+Run from the repository root where SGLang 0.5.23 imports (tools/sglang_env on the H200); the
+callers are the package's (:mod:`dsv41_kernels.calibration`):
 
     python -m benchmark.verify_cycle --record [--json PATH]
 """
@@ -51,8 +52,9 @@ import sys
 import torch
 from benchmark import record as results
 from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record
-from test.sglang import callers
 
+from dsv41_kernels.calibration import callers, flashmla
+from dsv41_kernels.calibration.drivers import FATAL, error_text
 from dsv41_kernels.timing import graph_time_us
 
 LAYERS = 40
@@ -120,10 +122,10 @@ def combine_group(device, layers):
 
 
 def sched_group(device):
-    decoder = callers.flashmla_decoder()
-    caches = callers.v4_caches()
+    decoder = flashmla.flashmla_decoder()
+    caches = flashmla.v4_caches()
     steps = [
-        callers.make_step(
+        flashmla.make_step(
             caches, b=callers.VERIFY_ROWS, topk=topk, extra_topk=extra, mode="random", seed=i
         )
         for i, (topk, extra) in enumerate(SCHEDULES)
@@ -132,7 +134,7 @@ def sched_group(device):
     def run():
         for step in steps:  # a fresh metadata object per step, as after graph warm-up
             metadata = decoder.backend._create_flashmla_metadata()
-            callers.sglang_decode(decoder, step, metadata, ours=True)
+            flashmla.sglang_decode(decoder, step, metadata, ours=True)
 
     shape = "b 6, s_q 1, 64 heads, top-k " + " / ".join(f"{t}+{e}" for t, e in SCHEDULES)
     return run, (decoder.backend, ("_maybe_precompute_flashmla_sched_meta",)), shape
@@ -192,9 +194,6 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("verify_cycle needs a CUDA GPU")
     os.environ.setdefault("SGLANG_PLUGINS", "dsv41_kernels")
-    from test.sglang.cpu_import import import_sglang
-
-    import_sglang()
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
@@ -219,14 +218,15 @@ def main() -> None:
         arms = {SGLANG_ARM: with_sglang_functions(run, patch), OURS_ARM: run}
         times = {}
         for arm, fn in arms.items():
+            fields = {"call_site": site, "per_cycle": count}
             try:
                 times[arm] = graph_time_us(fn, inner=1, repeats=args.repeats)
+            except FATAL:
+                raise
             except BaseException as e:  # an arm that cannot run (SGLang's tilelang absent, say)
-                if not (isinstance(e, Exception) or callers.sglang_cannot_run_here(e)):
-                    raise
-                times[arm] = None
-                print(f"{op} [{arm}] did not run: {type(e).__name__}: {e}", file=sys.stderr)
-            records.append(record(op, shape, arm, times[arm], call_site=site, per_cycle=count))
+                times[arm], fields["error"] = None, error_text(e)
+                print(f"{op} [{arm}] did not run: {fields['error']}", file=sys.stderr)
+            records.append(record(op, shape, arm, times[arm], **fields))
         if all(t is not None for t in times.values()):
             runnable.append(arms)
             ran.append(op)

@@ -159,9 +159,113 @@ def test_cli_on_a_gpu_writes_the_timed_policy(monkeypatch, tmp_path):
     monkeypatch.setattr(
         calibrate_cli,
         "time_sites",
-        lambda sites, repeats: asked.append((sites, repeats)) or records("hc_mix_stats", timings),
+        lambda sites, repeats, started: (
+            asked.append((sites, repeats)) or records("hc_mix_stats", timings)
+        ),
     )
     assert cli.main(["calibrate", "--out", str(tmp_path), "--sites", "hc_mix_stats"]) == 0
     assert asked == [(["hc_mix_stats"], 3)]
     written = json.loads((tmp_path / "policy-x-sm_100-148sm-sglang0.5.23.json").read_text())
     assert series(written, "hc_mix_stats") == ([[0, 6]], [[7, None]])
+
+
+class StandIn(BaseException):
+    """Like an SGLang environment's stand-in: a BaseException, so ``except Exception`` misses
+    it."""
+
+
+@pytest.fixture
+def fake_sites(monkeypatch):
+    """``time_sites`` on the CPU over one fake call site (``hc_combine_norm``): its SGLang
+    function raises :class:`StandIn` at 128 rows, its inputs cannot be built at 256; the plugin
+    load and the machine are stood in, a timing is one call. Returns the events in order."""
+    import functools
+    import sys
+    import types
+
+    from dsv41_kernels import calibrate_cli
+    from dsv41_kernels.calibration import drivers
+
+    events = []
+    module = types.ModuleType("fake_call_site")
+
+    def sglang_function(rows):
+        if rows == 128:
+            raise StandIn("sgl_kernel.rmsnorm is a stand-in here")
+        return 2.0
+
+    def hook(rows):
+        return 1.0
+
+    hook.__wrapped__ = sglang_function
+    module.combine = hook
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    def build(rows):
+        events.append(("build", rows))
+        if rows == 256:
+            raise ImportError("no tilelang")
+        return lambda: events.append(("run", rows)) or module.combine(rows)
+
+    def cases(device):
+        return [
+            drivers.Case(
+                "hc_combine_norm",
+                f"[{r}, 4, 5120] bf16",
+                r,
+                (module.__name__, ("combine",)),
+                functools.partial(build, r),
+            )
+            for r in (6, 128, 256)
+        ]
+
+    monkeypatch.setattr(drivers, "SITES", {"hc_combine_norm": drivers.Driver("combine", cases)})
+    monkeypatch.setattr(calibrate_cli, "_load_plugins", lambda: None)
+    monkeypatch.setattr(calibrate_cli, "_machine", lambda device: dict(MACHINE))
+    monkeypatch.setattr(calibrate_cli, "_timed", lambda fn, rows: fn())
+    return events
+
+
+def test_time_sites_records_an_arm_that_cannot_run_with_its_error(fake_sites, capsys):
+    """A BaseException in an arm (an SGLang stand-in reached) or in building the inputs leaves
+    a record without a figure that says why; each size's inputs are built just before its
+    timings; the seconds before the first timing and in all are printed."""
+    from dsv41_kernels.calibrate_cli import time_sites
+
+    records = time_sites(None, 2)
+    by = {(r["rows"], r["arm"]): r for r in records}
+    assert len(records) == 3 * 2 * 2
+    assert by[(6, SGLANG_ARM)]["us"] == 2.0 and by[(6, OURS_ARM)]["us"] == 1.0
+    assert "error" not in by[(6, OURS_ARM)]
+    assert by[(128, SGLANG_ARM)]["us"] is None
+    assert by[(128, SGLANG_ARM)]["error"] == "StandIn: sgl_kernel.rmsnorm is a stand-in here"
+    assert by[(128, OURS_ARM)]["us"] == 1.0
+    assert by[(256, OURS_ARM)]["error"] == "inputs not built: ImportError: no tilelang"
+    assert [e for e in fake_sites if e[0] == "build"] == [
+        ("build", 6),
+        ("build", 128),
+        ("build", 256),
+    ]
+    assert fake_sites.index(("build", 128)) > max(
+        i for i, e in enumerate(fake_sites) if e == ("run", 6)
+    )
+    assert "s before the first timing, " in capsys.readouterr().err
+
+    policy = decide(records, sm_count=148)
+    measured = {m["rows"]: m for m in policy["sites"]["hc_combine_norm"]["series"][0]["measured"]}
+    assert measured[128]["errors"] == {SGLANG_ARM: "StandIn: sgl_kernel.rmsnorm is a stand-in here"}
+    assert measured[128]["ours"] is True  # SGLang's function did not run: ours
+    assert "errors" not in measured[6]
+    assert set(measured[256]["errors"]) == {SGLANG_ARM, OURS_ARM}
+
+
+@pytest.mark.parametrize("fatal", [KeyboardInterrupt, SystemExit])
+def test_time_sites_does_not_swallow_an_interrupt(fake_sites, monkeypatch, fatal):
+    from dsv41_kernels import calibrate_cli
+
+    def interrupted(fn, rows):
+        raise fatal()
+
+    monkeypatch.setattr(calibrate_cli, "_timed", interrupted)
+    with pytest.raises(fatal):
+        calibrate_cli.time_sites(None, 1)

@@ -3,9 +3,12 @@
 Every ``import`` and ``from ... import`` of a ``dsv41_kernels`` module counts, at module level
 or inside a function, so a lazy import cannot hide an edge. The ops import only the layers
 below them (``admission``, ``devices``, ``jit``, ``workspace``, ``reference``) and each other;
-nothing under ``ops/`` imports the check, the cases, the CLI, the SGLang plugin or the lazy
-package facade. ``devices`` (the device queries) sits below ``jit`` (the CUDA modules' build,
-load and manifest), which asks no device anything itself.
+nothing under ``ops/`` imports the check, the cases, the CLI, the SGLang plugin, the
+calibration or the lazy package facade. ``devices`` (the device queries) sits below ``jit``
+(the CUDA modules' build, load and manifest), which asks no device anything itself. The package
+imports nothing of a checkout (``test``, ``benchmark``), so an installed wheel runs every
+command; the SGLang plugin, which every server process loads, imports neither the calibration
+nor the command line; the calibration imports SGLang only inside its functions.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ import dsv41_kernels
 
 ROOT = Path(dsv41_kernels.__file__).resolve().parent
 PACKAGE = "dsv41_kernels"
-ABOVE_THE_OPS = ("check", "cases", "cli", "sglang_plugin")
+ABOVE_THE_OPS = ("check", "cases", "cli", "sglang_plugin", "calibration", "calibrate_cli")
+CHECKOUT = ("test", "benchmark")
+"""The checkout's top-level packages, which an installed wheel lacks."""
 
 
 def module_name(path: Path) -> str:
@@ -95,7 +100,8 @@ def test_the_plugin_and_the_cases_import_ops_directly():
     facade = {f"{PACKAGE}.{name}" for name in dsv41_kernels._EXPORTS}
     for path in ROOT.rglob("*.py"):
         module = module_name(path)
-        if module.startswith((f"{PACKAGE}.sglang_plugin", f"{PACKAGE}.cases", f"{PACKAGE}.check")):
+        above = ("sglang_plugin", "cases", "check", "calibration", "calibrate")
+        if module.startswith(tuple(f"{PACKAGE}.{name}" for name in above)):
             through = facade.intersection(imported(path))
             assert not through, f"{module} imports {sorted(through)} through the package facade"
 
@@ -106,3 +112,34 @@ def test_device_queries_live_in_devices():
     jit = (ROOT / "jit.py").read_text()
     for query in ("get_device_capability", "get_device_properties", "multi_processor_count"):
         assert query not in jit, f"jit.py asks the device ({query}): that is devices.py's job"
+
+
+def test_the_package_imports_nothing_of_a_checkout():
+    for path in ROOT.rglob("*.py"):
+        for name in imported(path):
+            top = name.split(".")[0]
+            assert top not in CHECKOUT, f"{module_name(path)} imports {name} (not in a wheel)"
+
+
+def test_the_plugin_imports_neither_the_calibration_nor_the_cli():
+    below = {f"{PACKAGE}.{name}" for name in ("calibration", "calibrate_cli", "cli")}
+    for module, targets in graph().items():
+        if module.startswith(f"{PACKAGE}.sglang_plugin"):
+            reached = {t for t in targets if any(t == b or t.startswith(b + ".") for b in below)}
+            assert not reached, f"{module} imports {sorted(reached)}"
+
+
+def test_the_calibration_imports_sglang_lazily():
+    """At module level a calibration module imports no SGLang (nor pytest): the package imports
+    where SGLang does not, and the drivers' lists of cases are made without it."""
+    for path in (ROOT / "calibration").rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in ("sglang", "pytest"), f"{path.name}: {name}"

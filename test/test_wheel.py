@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from dsv41_kernels import jit
+from dsv41_kernels.calibration import drivers
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "python" / "dsv41_kernels" / "sglang_plugin" / "policies"
+CALIBRATION = ROOT / "python" / "dsv41_kernels" / "calibration"
 MANYLINUX_2_28 = {"GLIBC": (2, 28), "GLIBCXX": (3, 4, 24), "CXXABI": (1, 3, 11)}
 """The newest symbol versions a manylinux_2_28 library may need (glibc 2.28, gcc 8's libstdc++)."""
 
@@ -45,6 +47,9 @@ def test_the_wheel_holds_the_sources_and_every_prebuilt_module(wheel, prebuilt_m
     assert sources <= names and modules <= names
     policies = {f"dsv41_kernels/sglang_plugin/policies/{p.name}" for p in POLICIES.glob("*.json")}
     assert policies and policies <= names  # the SGLang plugin's built-in policies
+    calibration = {f"dsv41_kernels/calibration/{p.name}" for p in CALIBRATION.glob("*.py")}
+    assert "dsv41_kernels/calibration/drivers.py" in calibration  # calibrate's call-site drivers
+    assert calibration <= names
     assert f"dsv41_kernels/prebuilt/{jit.MANIFEST}" in names
     assert {n for n in names if n.startswith("dsv41_kernels/prebuilt/")} - modules == {
         f"dsv41_kernels/prebuilt/{jit.MANIFEST}"
@@ -85,13 +90,45 @@ print(json.dumps({"package": jit.__file__, "loaded": sorted(loaded)}))
 """
 
 
-def test_the_installed_wheel_loads_every_module_prebuilt_without_nvcc(wheel, tmp_path):
-    target = tmp_path / "target"
+def install(wheel: Path, target: Path) -> Path:
+    """``wheel`` installed into the bare folder ``target``."""
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
         + ["--target", str(target), str(wheel)],
         check=True,
     )
+    return target
+
+
+LIST_CALIBRATION_CASES = """
+import json, sys
+from dsv41_kernels import calibrate_cli
+from dsv41_kernels.calibration import drivers
+cases = {site: len(driver.cases("cpu")) for site, driver in drivers.SITES.items()}
+print(json.dumps({"package": drivers.__file__, "cases": cases, "sglang": "sglang" in sys.modules}))
+"""
+
+
+def test_the_installed_wheel_has_calibrates_drivers(wheel, tmp_path):
+    """``dsv41-kernels calibrate`` needs no checkout: the installed package alone, outside one,
+    lists every call site's cases without importing SGLang."""
+    target = install(wheel, tmp_path / "target")
+    done = subprocess.run(
+        [sys.executable, "-c", LIST_CALIBRATION_CASES],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert Path(result["package"]).is_relative_to(target)
+    assert not result["sglang"]
+    assert result["cases"] == {site: len(d.cases("cpu")) for site, d in drivers.SITES.items()}
+
+
+def test_the_installed_wheel_loads_every_module_prebuilt_without_nvcc(wheel, tmp_path):
+    target = install(wheel, tmp_path / "target")
     path = [d for d in os.environ["PATH"].split(os.pathsep) if not Path(d, "nvcc").exists()]
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     env.update(

@@ -7,7 +7,8 @@ record is one timing of one arm: ``op`` (the call site), ``arm`` (:data:`SGLANG_
 :data:`OURS_ARM`), ``rows``, ``us`` (None: the arm did not run), and for a site whose second
 dimension decides (:data:`~.sglang_plugin.policy.COLUMNS`) ``columns`` (or the shape's
 ``o [T, H, D]``), plus the machine's ``device``, ``sm``, ``sglang``, ``torch``, ``cuda`` and the
-run's ``date`` and ``commit``. Records of one site, size and arm are repeats, paired in order.
+run's ``date`` and ``commit``, and for an arm without a figure its ``error`` when known (the
+policy's ``measured`` names it). Records of one site, size and arm are repeats, paired in order.
 
 At one measured size ours wins when it is faster than SGLang's by at least ``margin`` in every
 repeat, or when SGLang's function did not run there (ours is then the only path measured);
@@ -95,7 +96,7 @@ def _ranges(points: list[tuple[int, bool, str]]):
     return merged
 
 
-def _series(gpu: str, op: str, columns, by_rows: dict, margin: float) -> dict:
+def _series(gpu: str, op: str, columns, by_rows: dict, errors: dict, margin: float) -> dict:
     points, measured = [], []
     for rows in sorted(by_rows):
         arms = by_rows[rows]
@@ -107,6 +108,9 @@ def _series(gpu: str, op: str, columns, by_rows: dict, margin: float) -> dict:
         measured.append(
             {"rows": rows, "sglang_us": rounded(sglang), "ours_us": rounded(ours), "ours": win}
         )
+        why = {arm: "; ".join(texts) for arm, texts in errors.get(rows, {}).items() if texts}
+        if why:
+            measured[-1]["errors"] = why
     ranges = _ranges(points)
     declined = [
         {
@@ -158,12 +162,17 @@ def decide(
     if missing:
         raise ValueError(f"the records do not say the machine's {', '.join(missing)}")
     grouped = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    errors = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))  # each distinct once
     for r in records:
-        grouped[(r["op"], columns_of(r))][int(r["rows"])][r["arm"]].append(r.get("us"))
+        series, rows = (r["op"], columns_of(r)), int(r["rows"])
+        grouped[series][rows][r["arm"]].append(r.get("us"))
+        seen = errors[series][rows][r["arm"]]
+        if r.get("us") is None and r.get("error") and r["error"] not in seen:
+            seen.append(r["error"])
     sites = {}
     for op in SITE_SWITCH:
         series = [
-            _series(key["gpu"], op, columns, by_rows, margin)
+            _series(key["gpu"], op, columns, by_rows, errors[(site, columns)], margin)
             for (site, columns), by_rows in sorted(
                 grouped.items(), key=lambda item: (item[0][0], item[0][1] or 0)
             )

@@ -1,10 +1,11 @@
 """The ``calibrate`` subcommand: its options, the timing on the GPU, the policy file written.
 
-On the GPU each call site is driven as its SGLang callers drive it, by the drivers of the
-call-site benchmark (``benchmark/call_sites.py`` with ``test/sglang/callers.py``, so a
-checkout of dsv41-kernels with SGLang 0.5.23 installed): every size of every site, both arms
-(SGLang's own function with our hooks taken out, ours forced), ``--repeats`` times in turn,
-each a CUDA-graph median (:func:`dsv41_kernels.timing.graph_time_us`). The records then go to
+On the GPU each call site is driven as its SGLang callers drive it, by the package's drivers
+(:mod:`dsv41_kernels.calibration.drivers`, with SGLang 0.5.23 installed): every size of every
+site, both arms (SGLang's own function with our hooks taken out, ours forced), ``--repeats``
+times in turn, each a CUDA-graph median (:func:`dsv41_kernels.timing.graph_time_us`). One size's
+inputs are built just before its timings and dropped after them. An arm that cannot run is a
+record without a figure that says why (``error``). The records then go to
 :func:`dsv41_kernels.calibrate.decide`.
 """
 
@@ -14,10 +15,11 @@ import argparse
 import json
 import os
 import sys
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dsv41_kernels.calibrate import MARGIN, OURS_ARM, SGLANG_ARM, decide, dumps, file_name
+from dsv41_kernels.calibrate import MARGIN, decide, dumps, file_name
 from dsv41_kernels.sglang_plugin.policy import POLICY_ENV, SITE_SWITCH, USER_DIR
 
 REPEATS = 3
@@ -25,10 +27,8 @@ NO_CUDA = (
     "dsv41-kernels calibrate times SGLang's call sites on a CUDA GPU and none is here; "
     "run it on the GPU that serves (--from-records decides from existing records anywhere)"
 )
-NO_DRIVERS = (
-    "dsv41-kernels calibrate drives SGLang's call sites with the call-site benchmark's drivers "
-    "(benchmark/call_sites.py, test/sglang/callers.py): run it from a dsv41-kernels checkout "
-    "with SGLang 0.5.23 installed ({error})"
+NO_SGLANG = (
+    "dsv41-kernels calibrate drives SGLang's call sites and needs SGLang 0.5.23 installed ({error})"
 )
 
 
@@ -55,6 +55,7 @@ def add_parser(sub) -> None:
 
 
 def calibrate(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
     from dsv41_kernels.calibrate import from_records
 
     sites = [s.strip() for s in args.sites.split(",") if s.strip()] if args.sites else None
@@ -77,9 +78,9 @@ def calibrate(args: argparse.Namespace) -> int:
             print(NO_CUDA, file=sys.stderr)
             return 1
         try:
-            records = time_sites(sites, args.repeats)
+            records = time_sites(sites, args.repeats, started=started)
         except ImportError as e:
-            print(NO_DRIVERS.format(error=e), file=sys.stderr)
+            print(NO_SGLANG.format(error=e), file=sys.stderr)
             return 1
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         policy = decide(
@@ -101,34 +102,29 @@ def calibrate(args: argparse.Namespace) -> int:
 
 
 def _timed(fn, rows: int) -> float:
+    from dsv41_kernels.calibration.drivers import inner_calls
     from dsv41_kernels.timing import graph_time_us
 
-    inner = 100 if rows <= 1024 else (20 if rows <= 8192 else 5)
-    return graph_time_us(fn, inner=inner, repeats=10)
+    return graph_time_us(fn, inner=inner_calls(rows), repeats=10)
 
 
-def time_sites(sites: list[str] | None, repeats: int) -> list[dict]:
-    """Every size of ``sites`` (None: every site the drivers know), each arm ``repeats`` times,
-    as records for :func:`~dsv41_kernels.calibrate.decide`."""
+def _load_plugins() -> None:
+    """SGLang's plugin loader, loading this plugin alone with ours forced at every size."""
+    os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"
+    os.environ["DSV41_KERNELS_FORCE"] = "all"  # ours at every size, whatever a policy says
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+
+
+def _machine(device) -> dict:
+    """The fields of every record that name this machine and the run's date."""
     import importlib.metadata
 
     import torch
 
-    os.environ["SGLANG_PLUGINS"] = "dsv41_kernels"
-    os.environ["DSV41_KERNELS_FORCE"] = "all"  # ours at every size, whatever a policy says
-    from benchmark import call_sites
-    from test.sglang import callers
-    from test.sglang.cpu_import import import_sglang
-
-    import_sglang()
-    from sglang.srt.plugins import load_plugins
-
-    load_plugins()
-    from dsv41_kernels.sglang_plugin import dispatch
-
-    device = torch.device("cuda")
     props = torch.cuda.get_device_properties(device)
-    machine = {
+    return {
         "device": torch.cuda.get_device_name(device),
         "sm": f"sm_{props.major}{props.minor}",
         "sglang": importlib.metadata.version("sglang"),
@@ -136,32 +132,47 @@ def time_sites(sites: list[str] | None, repeats: int) -> list[dict]:
         "cuda": torch.version.cuda,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
-    timed = [s for s in call_sites.SITES if s in SITE_SWITCH and (sites is None or s in sites)]
+
+
+def time_sites(
+    sites: list[str] | None, repeats: int, *, started: float | None = None
+) -> list[dict]:
+    """Every size of ``sites`` (None: every site the drivers know), each arm ``repeats`` times,
+    as records for :func:`~dsv41_kernels.calibrate.decide`; a record without a figure says why
+    in ``error``. One line on stderr gives the seconds from ``started`` (a
+    :func:`time.perf_counter`; default: now) to the first timing and to the end."""
+    started = time.perf_counter() if started is None else started
+    import torch
+
+    from dsv41_kernels.calibration.drivers import SITES, measure
+
+    _load_plugins()
+    device = torch.device("cuda")
+    machine = _machine(device)
+    timed = [s for s in SITES if s in SITE_SWITCH and (sites is None or s in sites)]
     untimed = sorted(set(sites or ()) - set(timed))
     if untimed:
         print(f"no driver times {', '.join(untimed)}: left out", file=sys.stderr)
-    cases = [case for site in timed for case in call_sites.SITES[site](device)]
+    cases = [case for site in timed for case in SITES[site].cases(device)]  # no inputs yet
     progress = _progress(len(cases) * repeats * 2)
+    first = None  # the seconds at which the first timing began
+
+    def timer(fn, rows):
+        nonlocal first
+        if first is None:
+            first = time.perf_counter() - started
+        return _timed(fn, rows)
+
     records = []
-    for op, shape, rows, run, (module, names) in cases:
-        for _ in range(repeats):
-            for arm in (SGLANG_ARM, OURS_ARM):
-                dispatch.reset()
-                try:
-                    if arm == SGLANG_ARM:
-                        with callers.sglang_functions(module, *names):
-                            us = _timed(run, rows)
-                    else:
-                        us = _timed(run, rows)
-                        if any(c["sglang"] for c in dispatch.fire_counts().values()):
-                            us = None  # ours declined: not a time of ours
-                except Exception:  # an arm that cannot run here: recorded without a figure
-                    us = None
-                records.append(
-                    {"op": op, "shape": shape, "arm": arm, "us": us, "rows": rows, **machine}
-                )
-                progress(f"{op} {shape}")
+    for case in cases:
+        for arm, us, error in measure(case, timer, repeats):
+            record = {"op": case.op, "shape": case.shape, "arm": arm, "us": us, "rows": case.rows}
+            records.append(record | ({} if error is None else {"error": error}) | machine)
+            progress(f"{case.op} {case.shape}")
     progress(None)
+    total = time.perf_counter() - started
+    before = "nothing timed" if first is None else f"{first:.1f} s before the first timing"
+    print(f"calibrate: {before}, {total:.1f} s in all", file=sys.stderr)
     return records
 
 

@@ -1,26 +1,43 @@
-"""SGLang 0.5.23's own callers of the hooked functions, built from SGLang's real classes.
+"""SGLang 0.5.23's own callers of the hooked functions, as the plugin's tests drive them.
 
 The CPU and GPU plugin tests drive these, not the patched functions themselves, so a hook that
-never fires in a server fails here. Where a real constructor needs a distributed runtime (the
-decoder layer), the real class is instantiated without it and given exactly the attributes its
-real methods read; every method that runs is SGLang's.
+never fires in a server fails here. The callers the calibration drives too live in the package
+(:mod:`dsv41_kernels.calibration.callers`, :mod:`dsv41_kernels.calibration.flashmla`) and are
+named here as well; what only the tests use (the verify epilogue, the TP > 1 verify chain,
+accuracy yardsticks, SM90 branch tables) is defined here. Where a real constructor needs a
+distributed runtime, the real class is instantiated without it and given exactly the attributes
+its real methods read; every method that runs is SGLang's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import types
-from dataclasses import dataclass
 
-import pytest
 import torch
 
-# DeepSeek-V4.1-Flash (anchors): DSpark block 5 gives 6 verify rows per request.
-VERIFY_ROWS = 6
-HIDDEN = 5120
-EXPERTS = 384
-TOP_K = 6
-IMAGE_TOKEN_ID = 129264
+from dsv41_kernels.calibration.callers import (  # noqa: F401  (the tests' names for them)
+    EXPERTS,
+    HIDDEN,
+    IMAGE_TOKEN_ID,
+    VERIFY_ROWS,
+    attention_output,
+    attention_output_to_wo_a,
+    draft_candidates,
+    sglang_functions,
+    v41_attention_layer,
+    v41_decoder_layer,
+    verify_logits,
+    vision_moe,
+)
+from dsv41_kernels.calibration.flashmla import (  # noqa: F401
+    Step,
+    flashmla_decoder,
+    lengths,
+    make_step,
+    precompute,
+    sglang_decode,
+    v4_caches,
+)
 
 
 def sglang_cannot_run_here(error: BaseException) -> bool:
@@ -47,33 +64,6 @@ def run_sglang(fn):
         if not sglang_cannot_run_here(e):
             raise
         return None, f"{type(e).__name__}: {e}"
-
-
-def hooked_names(module) -> list[str]:
-    """The functions of ``module`` that the plugin hooks (every site's ``HOOKS``)."""
-    import importlib
-
-    from dsv41_kernels.sglang_plugin import SITES
-
-    names = []
-    for site in SITES:
-        for target, _, _ in importlib.import_module(site.module).HOOKS:
-            owner, _, name = target.rpartition(".")
-            if owner == module.__name__:
-                names.append(name)
-    return names
-
-
-@contextlib.contextmanager
-def sglang_functions(module, *names):
-    """SGLang's own functions back in place of our hooks inside the block: what the call site
-    runs with the plugin off. ``names`` default to every function of ``module`` the plugin
-    hooks, so a function SGLang calls from another (``_row_argmax`` inside the accept) is
-    SGLang's too."""
-    with pytest.MonkeyPatch.context() as patch:
-        for name in names or hooked_names(module):
-            patch.setattr(module, name, getattr(module, name).__wrapped__)
-        yield
 
 
 # ---- accept_greedy: DSpark's in-graph verify epilogue ----------------------------------------
@@ -130,71 +120,7 @@ def read_accept(epilogue, bs: int) -> dict[str, torch.Tensor]:
     return {name: getattr(accept, name).clone() for name in fields}
 
 
-def verify_logits(gen, bs: int, vocab: int, *, nan: bool) -> torch.Tensor:
-    """Verify logits with ties at the row maximum, ±Inf, and (``nan``) planted NaNs."""
-    rows = bs * VERIFY_ROWS
-    logits = torch.randn(rows, vocab, generator=gen)
-    logits[0, 7] = logits[0, vocab - 9] = logits[0].max() + 1  # a tie: the lower index wins
-    if rows > 2:
-        logits[2, :] = float("-inf")
-        logits[1, vocab // 3] = float("inf")
-    if nan:
-        for r in range(1, rows, 5):
-            logits[r, (r * 7919) % vocab] = float("nan")
-            logits[r, (r * 104729) % vocab] = float("nan")
-    return logits
-
-
-def draft_candidates(logits: torch.Tensor, bs: int, gen) -> torch.Tensor:
-    """Candidates whose drafts follow torch.argmax's predictions and then diverge at a random
-    place per request (some accept everything)."""
-    predict = torch.argmax(logits, -1).view(bs, VERIFY_ROWS).cpu()
-    candidates = torch.zeros(bs, VERIFY_ROWS, dtype=torch.int64)
-    candidates[:, 1:] = predict[:, :-1]
-    for b in range(bs):
-        k = int(torch.randint(1, VERIFY_ROWS + 1, (1,), generator=gen))
-        if k < VERIFY_ROWS:
-            candidates[b, k] += 1
-    return candidates.to(logits.device)
-
-
 # ---- hc_combine_norm, hc_mix_stats: the mHC of a DeepSeek-V4.1 decoder layer -----------------
-
-
-def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
-    """A ``DeepseekV4DecoderLayerBase`` holding a V4.1 layer's mHC parameters and norms.
-
-    Its constructor needs a distributed runtime and builds attention and MoE; here the real
-    class is instantiated without them, given the attributes its post-load step reads, and
-    SGLang's own ``refresh_mhc_norm_weight_cache`` (hooked AFTER by the plugin) then builds
-    the derived weights and the two ``HcSubLayer`` s exactly as after a checkpoint load."""
-    from sglang.srt.layers.layernorm import RMSNorm
-    from sglang.srt.models import deepseek_v4_mhc as mhc
-    from sglang.srt.models.deepseek_v4 import DeepseekV4DecoderLayerBase
-
-    layer = DeepseekV4DecoderLayerBase.__new__(DeepseekV4DecoderLayerBase)
-    torch.nn.Module.__init__(layer)
-    layer.layer_id = layer_id
-    layer.config = types.SimpleNamespace(model_type="deepseek_v41")
-    layer.hc_pre_from_prev_sublayer = True  # V4.1's config
-    layer.hc_cfg = mhc.HcConfig(
-        mult=4, sinkhorn_iters=20, eps=1e-6, rms_eps=1e-6, hidden=hidden, pre_from_prev=True,
-        cp_prefill=False,
-    )  # fmt: skip
-    for name in ("input_layernorm", "post_attention_layernorm"):
-        norm = RMSNorm(hidden, eps=1e-6)
-        with torch.no_grad():
-            norm.weight.copy_(1 + 0.1 * torch.randn(hidden, generator=gen))
-        setattr(layer, name, norm.to(device=device, dtype=torch.bfloat16))
-    for role in ("attn", "ffn"):
-        fn = torch.randn(24, 4 * hidden, generator=gen) / (4 * hidden) ** 0.5
-        scale = torch.rand(3, generator=gen) + 0.5
-        base = torch.randn(24, generator=gen) * 0.1
-        for name, value in (("fn", fn), ("scale", scale), ("base", base)):
-            param = torch.nn.Parameter(value.to(device), requires_grad=False)
-            setattr(layer, f"hc_{role}_{name}", param)
-    layer.refresh_mhc_norm_weight_cache()
-    return layer
 
 
 def sm90_mix_stats_branch(rows: int) -> str:
@@ -231,46 +157,6 @@ def bf16_ulp_error(y, ref) -> float:
     return ((y.double() - ref).abs() / ulp).max().item()
 
 
-# ---- moe_fused_gate: vision routing ------------------------------------------------------------
-
-
-def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, runner=None):
-    """The parts of a DeepSeek-V4.1 MoE layer ``vision_topk`` reads: SGLang's real ``MoEGate``
-    with the vision correction bias, its ``TopKConfig`` and routing-input resolution (a draft
-    layer: no expert-location dispatch)."""
-    from sglang.srt.layers.moe.topk import TopKConfig, resolve_routing_inputs
-    from sglang.srt.layers.moe.utils import MoeRunnerBackend
-    from sglang.srt.models.deepseek_v2 import MoEGate
-
-    config = types.SimpleNamespace(
-        n_routed_experts=num_experts, hidden_size=64, topk_method="noaux_tc", router_fp32=True
-    )
-    gate = MoEGate(config, None, is_deepseek_v4=True, vl_correction_bias=True)
-    with torch.no_grad():
-        gate.e_score_correction_bias.copy_(0.1 * torch.randn(num_experts, generator=gen))
-        gate.e_score_correction_bias_vl.copy_(0.1 * torch.randn(num_experts, generator=gen))
-    gate = gate.to(device)
-    topk_config = TopKConfig(
-        top_k=top_k,
-        renormalize=True,
-        correction_bias=gate.e_score_correction_bias,
-        routed_scaling_factor=1.5,
-        scoring_func="sqrtsoftplus",
-        sqrtsoftplus_log1p=True,
-        runner_backend=None if runner is None else MoeRunnerBackend(runner),
-    )
-    topk = types.SimpleNamespace(
-        topk_config=topk_config,
-        routing_inputs=lambda: resolve_routing_inputs(layer_id=0, is_draft=True),
-    )
-    return types.SimpleNamespace(
-        topk=topk,
-        gate=gate,
-        config=types.SimpleNamespace(image_token_id=IMAGE_TOKEN_ID),
-        layer_id=0,
-    )
-
-
 def reference_route(moe, logits, input_ids):
     """``(weights, ids)`` of :func:`dsv41_kernels.reference.moe_fused_gate.vision_topk` for
     :func:`vision_moe`'s layer: the torch composition both routers are measured against."""
@@ -293,243 +179,10 @@ def reference_route(moe, logits, input_ids):
     )
 
 
-# ---- decoding_sched_meta: FlashMLA's sparse decode, as the DeepSeek-V4 backend calls it -------
-
-H_Q = 64  # V4.1 heads, zero-padded to FlashMLA's 64 at TP > 1
-D_QK = D_V = 512  # 448 nope + 64 rope
-SOFTMAX_SCALE = D_QK**-0.5  # the backend's head_dim ** -0.5
-MAIN_PAGE = 256  # SWA page size
-EXTRA_PAGE = 64  # c4 page size (256 / 4)
-MAIN_PAGES = 32  # 8192 main slots
-EXTRA_PAGES = 64  # 4096 extra slots
-
-
-def flashmla_decoder():
-    """SGLang's V4 backend module and its FlashMLA call (``DeepseekV4AttnBackend.__init__``:
-    a partial over SGLang's wrapper, legacy unless the SWA layout is interleaved, which it
-    never is off SM100). Raises whatever the import raises."""
-    import functools
-
-    from sglang.kernels.ops.attention import flash_mla_interface
-    from sglang.srt.layers.attention import deepseek_v4_backend as backend
-
-    return types.SimpleNamespace(
-        backend=backend,
-        interface=flash_mla_interface,
-        arch=torch.cuda.get_device_capability()[0],
-        decode=functools.partial(flash_mla_interface.flash_mla_with_kvcache, use_legacy=True),
-    )
-
-
-def v4_caches(seed: int = 2026):
-    """(main, extra) random V4 caches of the sizes the tests and benchmarks use."""
-    gen = torch.Generator().manual_seed(seed)
-    return v4_kv_cache(MAIN_PAGES, MAIN_PAGE, gen), v4_kv_cache(EXTRA_PAGES, EXTRA_PAGE, gen)
-
-
-def v4_kv_cache(num_pages: int, page_size: int, gen: torch.Generator) -> torch.Tensor:
-    """A random, decodable V4 cache, as the backend hands it to FlashMLA.
-
-    The pool's buffer is uint8 ``[pages, padded page bytes]`` seen as the fp8 KV dtype; a page
-    is ``page_size`` data rows of 448 e4m3 + 64 bf16 (576 bytes), then ``page_size`` scale rows
-    of 7 ue8m0 exponents and a pad byte, padded to a multiple of 576. The backend keeps the first
-    ``page_size * 584`` bytes of each page and views them as ``[pages, page_size, 1, 584]``
-    (strides ``(padded, 584, 584, 1)``), from which FlashMLA detects the V4 format.
-    """
-    data_bytes, scale_bytes = 576, 8
-    bytes_per_token = data_bytes + scale_bytes
-    padded = -(-page_size * bytes_per_token // 576) * 576
-    buf = torch.zeros(num_pages, padded, dtype=torch.uint8)
-    data = buf[:, : page_size * data_bytes].view(num_pages, page_size, data_bytes)
-    nope = (torch.randn(num_pages, page_size, 448, generator=gen) * 2).to(torch.float8_e4m3fn)
-    rope = torch.randn(num_pages, page_size, 64, generator=gen).to(torch.bfloat16)
-    data[..., :448] = nope.view(torch.uint8)
-    data[..., 448:] = rope.view(torch.uint8)
-    scales = buf[:, page_size * data_bytes : page_size * bytes_per_token]
-    scales = scales.view(num_pages, page_size, scale_bytes)
-    scales[..., :7] = torch.randint(125, 130, (num_pages, page_size, 7), generator=gen).to(
-        torch.uint8
-    )
-    pool_buffer = buf.cuda().view(torch.float8_e4m3fn)  # DeepSeekV4SingleKVPool.get_key_buffer
-    view = pool_buffer[:, : page_size * bytes_per_token].view(
-        num_pages, page_size, 1, bytes_per_token
-    )
-    assert view.stride() == (padded, bytes_per_token, bytes_per_token, 1)
-    return view
-
-
-def slot_indices(b: int, s_q: int, topk: int, slots: int, gen: torch.Generator) -> torch.Tensor:
-    """int32 ``[b, s_q, topk]`` global token slots (page * page_size + offset), some -1."""
-    indices = torch.randint(0, slots, (b, s_q, topk), generator=gen, dtype=torch.int32)
-    indices[torch.rand(b, s_q, topk, generator=gen) < 1 / 16] = -1
-    return indices.cuda()
-
-
-def lengths(mode: str, b: int, topk: int, gen: torch.Generator) -> torch.Tensor:
-    """int32 ``[b]`` valid indices per batch entry: random in [0, topk], all 0, or all 1."""
-    if mode == "random":
-        values = torch.randint(0, topk + 1, (b,), generator=gen, dtype=torch.int32)
-    elif mode == "zero":
-        values = torch.zeros(b, dtype=torch.int32)
-    elif mode == "one":
-        values = torch.ones(b, dtype=torch.int32)
-    else:
-        raise ValueError(mode)
-    return values.cuda()
-
-
-@dataclass
-class Step:
-    """One attention layer's FlashMLA inputs at a decode/verify step, named as the backend's."""
-
-    q: torch.Tensor  # bf16 [b, s_q, h_q, 512]
-    swa_k_cache: torch.Tensor
-    swa_page_indices: torch.Tensor  # int32 [b, s_q, topk]
-    swa_topk_lengths: torch.Tensor  # int32 [b]
-    attn_sink: torch.Tensor  # fp32 [h_q]
-    extra_k_cache: torch.Tensor | None
-    extra_indices: torch.Tensor | None  # int32 [b, s_q, extra_topk]
-    extra_topk_lengths: torch.Tensor | None  # int32 [b]
-
-
-def make_step(caches, *, b, topk, extra_topk, mode, seed, s_q=1, h_q=H_Q) -> Step:
-    gen = torch.Generator().manual_seed(seed)
-    main, extra = caches
-    q = torch.randn(b, s_q, h_q, D_QK, generator=gen).to(torch.bfloat16).cuda()
-    step = Step(
-        q=q,
-        swa_k_cache=main,
-        swa_page_indices=slot_indices(b, s_q, topk, MAIN_PAGES * MAIN_PAGE, gen),
-        swa_topk_lengths=lengths(mode, b, topk, gen),
-        attn_sink=torch.randn(h_q, generator=gen).cuda(),
-        extra_k_cache=None,
-        extra_indices=None,
-        extra_topk_lengths=None,
-    )
-    if extra_topk:
-        step.extra_k_cache = extra
-        step.extra_indices = slot_indices(b, s_q, extra_topk, EXTRA_PAGES * EXTRA_PAGE, gen)
-        step.extra_topk_lengths = lengths(mode, b, extra_topk, gen)
-    return step
-
-
-# ---------------------------------------------------------------------------------------------
-# The backend's two calls, and comparisons
-
-
-def precompute(flashmla, step: Step, metadata) -> None:
-    """The backend's ``_maybe_precompute_flashmla_sched_meta`` call (our hook)."""
-    flashmla.backend._maybe_precompute_flashmla_sched_meta(
-        metadata,
-        q=step.q,
-        indices=step.swa_page_indices,
-        topk_length=step.swa_topk_lengths,
-        extra_indices=step.extra_indices,
-        extra_topk_length=step.extra_topk_lengths,
-    )
-
-
-def sglang_decode(flashmla, step: Step, metadata, *, ours: bool):
-    """``DeepseekV4AttnBackend._forward_attention``'s FlashMLA branch for DeepSeek-V4.1 with a
-    block-split cache: the schedule hook (when ``ours``), then the sparse decode on the same
-    metadata object. Returns ``(out [b, s_q, h_q, 512] bf16, lse [b, h_q, s_q] fp32)``."""
-    if ours:
-        precompute(flashmla, step, metadata)
-    return flashmla.decode(
-        q=step.q,
-        k_cache=step.swa_k_cache,
-        head_dim_v=D_V,
-        block_table=None,
-        cache_seqlens=None,
-        tile_scheduler_metadata=metadata,
-        softmax_scale=SOFTMAX_SCALE,
-        is_fp8_kvcache=True,
-        indices=step.swa_page_indices,
-        topk_length=step.swa_topk_lengths,
-        attn_sink=step.attn_sink,
-        extra_k_cache=step.extra_k_cache,
-        extra_indices_in_kvcache=step.extra_indices,
-        extra_topk_length=step.extra_topk_lengths,
-    )
-
-
 # ---- inverse_rope_quant_fp8: the attention output on the way to the FP8 wo_a (Hopper) ---------
 
 ROPE_HOOK = "inverse_rope_quant_fp8.fused_rope_inplace"  # the hooks' fire-count keys
 QUANT_HOOK = "inverse_rope_quant_fp8.sglang_per_token_group_quant_fp8"
-V41_HEADS = 64
-V41_O_GROUPS = 8
-V41_O_LORA_RANK = 1024
-V41_ROPE = dict(dim=64, seqlen=65536, original_seq_len=0, base=10000, factor=1.0, beta_fast=32,
-                beta_slow=1)  # fmt: skip
-"""``precompute_freqs_cis`` arguments of a pure-SWA layer (compress ratio 0) with
-``DeepSeekV4Config``'s defaults: qk_rope_head_dim 64, max_position_embeddings 65536, rope_theta
-10000 (``MqaAttentionBase.__init__``, deepseek_v4.py:1171-1199)."""
-
-
-def v41_attention_layer(tp: int, device, *, wo_a_fp8: bool = True):
-    """An ``MQALayer`` with DeepSeek-V4.1's attention-output configuration at attention TP
-    ``tp``: 64 / tp heads of 512 (64 rope) in 8 / tp output groups of o-lora rank 1024, the FP8
-    ``wo_a`` flag, and the RoPE table SGLang's own ``precompute_freqs_cis`` builds. Its
-    constructor needs a distributed runtime and builds every projection; here the real class is
-    instantiated without it and given exactly the attributes the output path reads."""
-    from sglang.kernels.ops.attention.dsv4.rope import precompute_freqs_cis
-    from sglang.srt.models.deepseek_v4 import MQALayer
-
-    layer = MQALayer.__new__(MQALayer)
-    torch.nn.Module.__init__(layer)
-    layer.n_local_heads = V41_HEADS // tp
-    layer.n_local_groups = V41_O_GROUPS // tp
-    layer.head_dim = 512
-    layer.qk_rope_head_dim = V41_ROPE["dim"]
-    layer.o_lora_rank = V41_O_LORA_RANK
-    layer.wo_a_fp8 = wo_a_fp8
-    layer.use_npu_arch35_mxfp8_wo_a = False
-    layer.freqs_cis = precompute_freqs_cis(**V41_ROPE).to(device)
-    return layer
-
-
-def attention_output(layer, tokens: int, *, seed: int, padded: bool | None = None):
-    """The attention kernel's output for ``layer`` as ``MQALayer.forward`` holds it before the
-    output path (``o[:, tp_slice, :]``, deepseek_v4.py:2904): a slice of the 64-head padded
-    buffer when ``padded`` (default: as ``_kernel_num_heads`` pads, at TP > 1), with random
-    positions into the layer's table. Returns ``(o, positions)`` on the table's device."""
-    from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS
-    from dsv41_kernels.cases.inverse_rope_quant_fp8 import attention_output as make
-
-    heads = layer.n_local_heads
-    padded = heads < KERNEL_HEADS if padded is None else padded
-    call = make(
-        tokens, heads, o_groups=layer.n_local_groups, seed=seed, freqs_cis=layer.freqs_cis,
-        kernel_heads=KERNEL_HEADS if padded else None, device=layer.freqs_cis.device,
-    )  # fmt: skip
-    return call.o, call.positions
-
-
-def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
-    """SGLang 0.5.23's attention output on SM90 with the FP8 ``wo_a``, from the inverse RoPE to
-    the quantizer's views (deepseek_v4.py:2952-3017), through ``deepseek_v4``'s own bindings
-    (the names the plugin hooks, SGLang's when ``sglang_functions`` puts them back). It runs
-    where ``MQALayer.forward`` runs it, inside the plugin's forward hook for ``layer`` (the rest
-    of the forward needs a KV pool, FlashMLA and a distributed runtime). Returns
-    ``(o_fp8 [T, G, D], o_s [T, G, D / 128])``, the contraction's inputs; ``o`` is left rotated."""
-    from sglang.srt.models import deepseek_v4 as v4
-
-    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
-
-    def output_path(layer):
-        rope = layer.qk_rope_head_dim
-        v4.fused_rope_inplace(
-            o[..., -rope:], None, layer.freqs_cis, positions=positions, inverse=True
-        )
-        grouped = o.view(o.shape[0], layer.n_local_groups, -1)
-        t, g, d = grouped.shape
-        o_fp8, o_s = v4.sglang_per_token_group_quant_fp8(
-            grouped.reshape(t * g, d).contiguous(), group_size=128, scale_ue8m0=False
-        )
-        return o_fp8.view(t, g, d), o_s.view(t, g, -1)
-
-    return hooks.forward_hook(output_path, layer)
 
 
 def fp8_wo_a(layer, gen: torch.Generator, device):

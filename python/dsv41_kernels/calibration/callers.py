@@ -1,0 +1,240 @@
+"""SGLang 0.5.23's own callers of the hooked functions, built from SGLang's real classes, and
+the inputs they are driven with.
+
+Where a real constructor needs a distributed runtime (the decoder layer, the attention layer),
+the real class is instantiated without it and given exactly the attributes its real methods
+read; every method that runs is SGLang's. The plugin's tests drive the same callers, so a hook
+that never fires in a server fails there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import types
+
+import torch
+
+# DeepSeek-V4.1-Flash (anchors): DSpark block 5 gives 6 verify rows per request.
+VERIFY_ROWS = 6
+HIDDEN = 5120
+EXPERTS = 384
+TOP_K = 6
+IMAGE_TOKEN_ID = 129264
+
+
+def hooked_names(module) -> list[str]:
+    """The functions of ``module`` that the plugin hooks (every site's ``HOOKS``)."""
+    from dsv41_kernels.sglang_plugin import SITES
+
+    names = []
+    for site in SITES:
+        for target, _, _ in importlib.import_module(site.module).HOOKS:
+            owner, _, name = target.rpartition(".")
+            if owner == module.__name__:
+                names.append(name)
+    return names
+
+
+@contextlib.contextmanager
+def sglang_functions(module, *names):
+    """SGLang's own functions back in place of our hooks inside the block: what the call site
+    runs with the plugin off. ``names`` default to every function of ``module`` the plugin
+    hooks, so a function SGLang calls from another (``_row_argmax`` inside the accept) is
+    SGLang's too. The hooks are back in place when the block ends, however it ends."""
+    hooks = {}
+    try:
+        for name in names or hooked_names(module):
+            hooks[name] = getattr(module, name)
+            setattr(module, name, hooks[name].__wrapped__)
+        yield
+    finally:
+        for name, hook in reversed(hooks.items()):
+            setattr(module, name, hook)
+
+
+# ---- accept_greedy: DSpark's verify logits and drafts -----------------------------------------
+
+
+def verify_logits(gen, bs: int, vocab: int, *, nan: bool) -> torch.Tensor:
+    """Verify logits with ties at the row maximum, ±Inf, and (``nan``) planted NaNs."""
+    rows = bs * VERIFY_ROWS
+    logits = torch.randn(rows, vocab, generator=gen)
+    logits[0, 7] = logits[0, vocab - 9] = logits[0].max() + 1  # a tie: the lower index wins
+    if rows > 2:
+        logits[2, :] = float("-inf")
+        logits[1, vocab // 3] = float("inf")
+    if nan:
+        for r in range(1, rows, 5):
+            logits[r, (r * 7919) % vocab] = float("nan")
+            logits[r, (r * 104729) % vocab] = float("nan")
+    return logits
+
+
+def draft_candidates(logits: torch.Tensor, bs: int, gen) -> torch.Tensor:
+    """Candidates whose drafts follow torch.argmax's predictions and then diverge at a random
+    place per request (some accept everything)."""
+    predict = torch.argmax(logits, -1).view(bs, VERIFY_ROWS).cpu()
+    candidates = torch.zeros(bs, VERIFY_ROWS, dtype=torch.int64)
+    candidates[:, 1:] = predict[:, :-1]
+    for b in range(bs):
+        k = int(torch.randint(1, VERIFY_ROWS + 1, (1,), generator=gen))
+        if k < VERIFY_ROWS:
+            candidates[b, k] += 1
+    return candidates.to(logits.device)
+
+
+# ---- hc_combine_norm, hc_mix_stats: the mHC of a DeepSeek-V4.1 decoder layer -----------------
+
+
+def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
+    """A ``DeepseekV4DecoderLayerBase`` holding a V4.1 layer's mHC parameters and norms.
+
+    Its constructor needs a distributed runtime and builds attention and MoE; here the real
+    class is instantiated without them, given the attributes its post-load step reads, and
+    SGLang's own ``refresh_mhc_norm_weight_cache`` (hooked AFTER by the plugin) then builds
+    the derived weights and the two ``HcSubLayer`` s exactly as after a checkpoint load."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+    from sglang.srt.models.deepseek_v4 import DeepseekV4DecoderLayerBase
+
+    layer = DeepseekV4DecoderLayerBase.__new__(DeepseekV4DecoderLayerBase)
+    torch.nn.Module.__init__(layer)
+    layer.layer_id = layer_id
+    layer.config = types.SimpleNamespace(model_type="deepseek_v41")
+    layer.hc_pre_from_prev_sublayer = True  # V4.1's config
+    layer.hc_cfg = mhc.HcConfig(
+        mult=4, sinkhorn_iters=20, eps=1e-6, rms_eps=1e-6, hidden=hidden, pre_from_prev=True,
+        cp_prefill=False,
+    )  # fmt: skip
+    for name in ("input_layernorm", "post_attention_layernorm"):
+        norm = RMSNorm(hidden, eps=1e-6)
+        with torch.no_grad():
+            norm.weight.copy_(1 + 0.1 * torch.randn(hidden, generator=gen))
+        setattr(layer, name, norm.to(device=device, dtype=torch.bfloat16))
+    for role in ("attn", "ffn"):
+        fn = torch.randn(24, 4 * hidden, generator=gen) / (4 * hidden) ** 0.5
+        scale = torch.rand(3, generator=gen) + 0.5
+        base = torch.randn(24, generator=gen) * 0.1
+        for name, value in (("fn", fn), ("scale", scale), ("base", base)):
+            param = torch.nn.Parameter(value.to(device), requires_grad=False)
+            setattr(layer, f"hc_{role}_{name}", param)
+    layer.refresh_mhc_norm_weight_cache()
+    return layer
+
+
+# ---- moe_fused_gate: vision routing ------------------------------------------------------------
+
+
+def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, runner=None):
+    """The parts of a DeepSeek-V4.1 MoE layer ``vision_topk`` reads: SGLang's real ``MoEGate``
+    with the vision correction bias, its ``TopKConfig`` and routing-input resolution (a draft
+    layer: no expert-location dispatch)."""
+    from sglang.srt.layers.moe.topk import TopKConfig, resolve_routing_inputs
+    from sglang.srt.layers.moe.utils import MoeRunnerBackend
+    from sglang.srt.models.deepseek_v2 import MoEGate
+
+    config = types.SimpleNamespace(
+        n_routed_experts=num_experts, hidden_size=64, topk_method="noaux_tc", router_fp32=True
+    )
+    gate = MoEGate(config, None, is_deepseek_v4=True, vl_correction_bias=True)
+    with torch.no_grad():
+        gate.e_score_correction_bias.copy_(0.1 * torch.randn(num_experts, generator=gen))
+        gate.e_score_correction_bias_vl.copy_(0.1 * torch.randn(num_experts, generator=gen))
+    gate = gate.to(device)
+    topk_config = TopKConfig(
+        top_k=top_k,
+        renormalize=True,
+        correction_bias=gate.e_score_correction_bias,
+        routed_scaling_factor=1.5,
+        scoring_func="sqrtsoftplus",
+        sqrtsoftplus_log1p=True,
+        runner_backend=None if runner is None else MoeRunnerBackend(runner),
+    )
+    topk = types.SimpleNamespace(
+        topk_config=topk_config,
+        routing_inputs=lambda: resolve_routing_inputs(layer_id=0, is_draft=True),
+    )
+    return types.SimpleNamespace(
+        topk=topk,
+        gate=gate,
+        config=types.SimpleNamespace(image_token_id=IMAGE_TOKEN_ID),
+        layer_id=0,
+    )
+
+
+# ---- inverse_rope_quant_fp8: the attention output on the way to the FP8 wo_a (Hopper) ---------
+
+V41_HEADS = 64
+V41_O_GROUPS = 8
+V41_O_LORA_RANK = 1024
+V41_ROPE = dict(dim=64, seqlen=65536, original_seq_len=0, base=10000, factor=1.0, beta_fast=32,
+                beta_slow=1)  # fmt: skip
+"""``precompute_freqs_cis`` arguments of a pure-SWA layer (compress ratio 0) with
+``DeepSeekV4Config``'s defaults: qk_rope_head_dim 64, max_position_embeddings 65536, rope_theta
+10000 (``MqaAttentionBase.__init__``, deepseek_v4.py:1171-1199)."""
+
+
+def v41_attention_layer(tp: int, device, *, wo_a_fp8: bool = True):
+    """An ``MQALayer`` with DeepSeek-V4.1's attention-output configuration at attention TP
+    ``tp``: 64 / tp heads of 512 (64 rope) in 8 / tp output groups of o-lora rank 1024, the FP8
+    ``wo_a`` flag, and the RoPE table SGLang's own ``precompute_freqs_cis`` builds. Its
+    constructor needs a distributed runtime and builds every projection; here the real class is
+    instantiated without it and given exactly the attributes the output path reads."""
+    from sglang.kernels.ops.attention.dsv4.rope import precompute_freqs_cis
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    layer = MQALayer.__new__(MQALayer)
+    torch.nn.Module.__init__(layer)
+    layer.n_local_heads = V41_HEADS // tp
+    layer.n_local_groups = V41_O_GROUPS // tp
+    layer.head_dim = 512
+    layer.qk_rope_head_dim = V41_ROPE["dim"]
+    layer.o_lora_rank = V41_O_LORA_RANK
+    layer.wo_a_fp8 = wo_a_fp8
+    layer.use_npu_arch35_mxfp8_wo_a = False
+    layer.freqs_cis = precompute_freqs_cis(**V41_ROPE).to(device)
+    return layer
+
+
+def attention_output(layer, tokens: int, *, seed: int, padded: bool | None = None):
+    """The attention kernel's output for ``layer`` as ``MQALayer.forward`` holds it before the
+    output path (``o[:, tp_slice, :]``, deepseek_v4.py:2904): a slice of the 64-head padded
+    buffer when ``padded`` (default: as ``_kernel_num_heads`` pads, at TP > 1), with random
+    positions into the layer's table. Returns ``(o, positions)`` on the table's device."""
+    from dsv41_kernels.cases.inverse_rope_quant_fp8 import KERNEL_HEADS
+    from dsv41_kernels.cases.inverse_rope_quant_fp8 import attention_output as make
+
+    heads = layer.n_local_heads
+    padded = heads < KERNEL_HEADS if padded is None else padded
+    call = make(
+        tokens, heads, o_groups=layer.n_local_groups, seed=seed, freqs_cis=layer.freqs_cis,
+        kernel_heads=KERNEL_HEADS if padded else None, device=layer.freqs_cis.device,
+    )  # fmt: skip
+    return call.o, call.positions
+
+
+def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
+    """SGLang 0.5.23's attention output on SM90 with the FP8 ``wo_a``, from the inverse RoPE to
+    the quantizer's views (deepseek_v4.py:2952-3017), through ``deepseek_v4``'s own bindings
+    (the names the plugin hooks, SGLang's when ``sglang_functions`` puts them back). It runs
+    where ``MQALayer.forward`` runs it, inside the plugin's forward hook for ``layer`` (the rest
+    of the forward needs a KV pool, FlashMLA and a distributed runtime). Returns
+    ``(o_fp8 [T, G, D], o_s [T, G, D / 128])``, the contraction's inputs; ``o`` is left rotated."""
+    from sglang.srt.models import deepseek_v4 as v4
+
+    from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
+
+    def output_path(layer):
+        rope = layer.qk_rope_head_dim
+        v4.fused_rope_inplace(
+            o[..., -rope:], None, layer.freqs_cis, positions=positions, inverse=True
+        )
+        grouped = o.view(o.shape[0], layer.n_local_groups, -1)
+        t, g, d = grouped.shape
+        o_fp8, o_s = v4.sglang_per_token_group_quant_fp8(
+            grouped.reshape(t * g, d).contiguous(), group_size=128, scale_ue8m0=False
+        )
+        return o_fp8.view(t, g, d), o_s.view(t, g, -1)
+
+    return hooks.forward_hook(output_path, layer)
