@@ -9,11 +9,12 @@ call site                   /cycle   where the count comes from
 ``AcceptGreedy.execute``        1    DSpark's static verify epilogue, once per verify
                                      (``_accept_static_greedy`` -> ``_accept``), V4.1:
                                      ``fused_argmax=True``
-``deepseek_v4_mhc.mix_stats``  80    2 hyper-connections (attn_hc, ffn_hc) x 40 layers; at 6 rows
-                                     on SM90 on the caller's stream (``use_stats_stream`` is
-                                     false for a 6-row verify on SM90)
-``deepseek_v4_mhc.combine``    79    2L - 1: every hyper-connection but the first sublayer's
-                                     (no ``pre`` there); on Hopper no post leaves normed rows
+mHC boundary                   80    2 hyper-connections (attn_hc, ffn_hc) x 40 layers: each one's
+                                     post (``run_attn_post`` -> ``_post_fusion``, the consumer's
+                                     ``HcNextBoundary`` given, none after the last) with its
+                                     statistics (``mix_stats`` inside the post in SGLang, on the
+                                     caller's stream: ``use_stats_stream`` is false for a 6-row
+                                     verify on SM90), then the consumer's ``combine`` (79)
 FlashMLA decode + schedule      3    one schedule per FlashMLA metadata object per step, filled
                                      by the first layer that uses it (c0, c4, c128: the compress
                                      ratios of DeepSeek-V4's layers; the published GB300 figure
@@ -58,8 +59,7 @@ from dsv41_kernels.calibration.drivers import FATAL, error_text
 from dsv41_kernels.timing import graph_time_us
 
 LAYERS = 40
-MIX_STATS_PER_CYCLE = 2 * LAYERS
-COMBINES_PER_CYCLE = 2 * LAYERS - 1
+BOUNDARIES_PER_CYCLE = 2 * LAYERS
 SCHEDULES = ((128, 0), (128, 512), (128, 64))  # (SWA top-k, extra top-k): c0, c4, c128
 ARMS = (SGLANG_ARM, OURS_ARM)
 WHOLE_CYCLE = "verify cycle"
@@ -86,39 +86,37 @@ def mhc_layers(device):
     return [callers.v41_decoder_layer(gen, device, layer_id=i) for i in range(LAYERS)]
 
 
-def mix_stats_group(device, layers):
+def boundary_group(device, layers):
+    """The 80 mHC boundaries of a cycle as SGLang runs them (``HcReadCall.update_and_read``):
+    each hyper-connection's post through ``run_attn_post`` with the consumer's boundary (none
+    after the last), then the consumer's ``combine``; the statistics SGLang computes inside each
+    post, ours come precomputed from the previous fused boundary."""
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     gen = torch.Generator().manual_seed(2)
-    calls = []
-    for layer in layers:
-        for hc in (layer.attn_hc, layer.ffn_hc):
-            x = torch.randn(callers.VERIFY_ROWS, 4, callers.HIDDEN, generator=gen)
-            calls.append((hc, x.bfloat16().to(device)))
-
-    def run():
-        for hc, x in calls:
-            mhc.mix_stats(hc, x)
-
-    return run, (mhc, ("_mix_stats_impl",)), f"{len(calls)} x [6, 4, 5120] bf16"
-
-
-def combine_group(device, layers):
-    from sglang.srt.models import deepseek_v4_mhc as mhc
-
-    gen = torch.Generator().manual_seed(3)
     sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
-    calls = []
-    for hc in sublayers[1 : COMBINES_PER_CYCLE + 1]:
-        x = torch.randn(callers.VERIFY_ROWS, 4, callers.HIDDEN, generator=gen).bfloat16()
-        pre = torch.rand(callers.VERIFY_ROWS, 4, generator=gen) + 0.1
-        calls.append((hc, x.to(device), pre.to(device)))
+    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    nexts = [
+        mhc.make_boundary(norms[i + 1], accepts_mxfp8=False, hc=sublayers[i + 1])
+        for i in range(len(sublayers) - 1)
+    ] + [None]
+    shape = (callers.VERIFY_ROWS, callers.HIDDEN)
+    ys = [torch.randn(*shape, generator=gen).bfloat16().to(device) for _ in sublayers]
+    first = torch.randn(shape[0], 4, shape[1], generator=gen).bfloat16().to(device)
 
     def run():
-        for hc, x, pre in calls:
-            mhc.combine(hc, mhc.HcState(x, pre))
+        residual, stats = first, None
+        for i, hc in enumerate(sublayers):
+            state = mhc.run_attn_post(
+                hc, ys[i], residual, stats_stream=None, next=nexts[i], world_size=1,
+                precomputed=stats,
+            )  # fmt: skip
+            if nexts[i] is not None:
+                mhc.combine(sublayers[i + 1], state)
+            residual, stats = state.streams, state.stats
 
-    return run, (mhc, ("_combine",)), f"{len(calls)} x [6, 4, 5120] bf16"
+    patch = (mhc, ("_mix_stats_impl", "_combine", "_post_fusion"))
+    return run, patch, f"{len(sublayers)} x [6, 4, 5120] bf16"
 
 
 def sched_group(device):
@@ -202,12 +200,11 @@ def main() -> None:
     layers = mhc_layers(device)
     groups = [
         ("accept_greedy", "greedy accept", 1, *accept_group(device)),
-        ("hc_mix_stats", "mHC mix_stats", MIX_STATS_PER_CYCLE, *mix_stats_group(device, layers)),
         (
-            "hc_combine_norm",
-            "mHC combine + RMSNorm",
-            COMBINES_PER_CYCLE,
-            *combine_group(device, layers),
+            "hc_boundary",
+            "mHC boundary: post + mix_stats + combine",
+            BOUNDARIES_PER_CYCLE,
+            *boundary_group(device, layers),
         ),
         ("decoding_sched_meta", "FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
         ("moe_fused_gate", "vision router", LAYERS, *router_group(device)),

@@ -1,4 +1,4 @@
-// The mHC boundary at decode and verify sizes (m = 1..127 rows, H = 5120) in one launch:
+// The mHC boundary at decode and verify sizes (m = 1..64 rows, H = 5120) in one launch:
 // SGLang's post of sublayer l, the statistics of its result for sublayer l + 1, and sublayer
 // l + 1's combine + RMSNorm (hc_boundary_cuda); and the statistics of a given x alone
 // (hc_mix_stats_rows_cuda), the small-row path of hc_mix_stats, with the same bits.
@@ -18,11 +18,12 @@
 //    in fp32 (the first product rounded, each fma rounded once), stored as the updated residual;
 //    the slice's x is those bf16 values. Statistics alone: x is read.
 //  - the slice's sums, fp32 on CUDA cores: for each row r, Σ_k x[r,k]·fn[n,k] (n < 24) and
-//    Σ_k x[r,k]² (column 24). Thread t takes row t % R and part t / R of P = 640 / R parts of
-//    the slice (R, the row tile: a power of two from 8 to 128, at least m, the caller's plan):
-//    columns [part·160/P, (part + 1)·160/P) in order (stream-major: k = 40·stream + column),
-//    each product added by one fma into a chain from +0; the P parts are then added in part
-//    order (add.rn) and stored as part[r, c, :].
+//    Σ_k x[r,k]² (column 24). The slice's 160 columns (stream-major: k = 40·stream + column)
+//    are 16 parts of 10, part j the lane j of a half-warp: the lane adds its 10 products in
+//    column order by one fma each into a chain from +0, then a butterfly over the 16 lanes
+//    (xor 8, 4, 2, 1) adds the parts; the result is stored as part[r, c, :]. A half-warp holds
+//    5 of the 25 sums of RT rows (RT = 1, 2 or 4 as m needs: the caller's row tile 8·RT is the
+//    rows of one pass of the CTA's 8 row slots); neither RT nor m changes a row's bits.
 // A grid-wide barrier (cooperative_groups; it orders every CTA's global writes before it).
 // Phase 2:
 //  - the statistics of row r, in CTA 127 - r: each of the 25 columns over the 128 slices, lane j
@@ -33,7 +34,7 @@
 //    the next combine: the previous triplet's) over the updated rows, in hc_combine_norm.cu's
 //    one-CTA shape for H = 5120 (thread t owns columns [8t, 8t + 8); 20 warp sums; the helpers
 //    of hc_combine_norm_row.cuh): the same bits as hc_combine_norm on the updated residual.
-// Deterministic: fixed orders, no atomics; the bits depend on m only through R.
+// Deterministic: fixed orders, no atomics; a row's bits depend on the row alone (not on m).
 //
 // Launch: on tvm-ffi's stream for the inputs' device; no allocation, no host sync (CUDA-graph
 // capturable). The grid must be resident at once: CUDA refuses a cooperative launch that does
@@ -65,18 +66,27 @@ constexpr int kK = kStreamCount * kHidden;
 constexpr int kSlices = 128;
 constexpr int kThreads = kHidden / 8;  // 640: the combine's one 16-byte vector a thread
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRows = kSlices - 1;  // the statistics of row r run in CTA 127 - r
+constexpr int kMaxRows = kSlices / 2;  // CTAs r and 127 - r: the combine and the statistics
 constexpr int kSliceCols = kHidden / kSlices;  // 40
 constexpr int kSliceK = kStreamCount * kSliceCols;  // 160
 constexpr int kSliceVecs = kSliceCols / 8;     // 5
-constexpr int kFnStride = 28;  // floats a staged fn column: 24, padded to 16-byte rows
-constexpr int kFnFloats = kSliceK * kFnStride;
+constexpr int kStride = kSliceK + 1;  // staged rows of fn and x: odd, so 16 parts 10 columns
+                                      // apart fall in 16 banks
+constexpr int kFnFloats = kMixCols * kStride;
+constexpr int kParts = 16;  // a half-warp: the K parts of one sum
+constexpr int kPartK = kSliceK / kParts;
+constexpr int kGroupCols = 5;  // sums a half-warp holds per row
+constexpr int kGroups = kSumCols / kGroupCols;
+constexpr int kRowSlots = kThreads / kParts / kGroups;  // 8
+constexpr int kFnQuads = kMixCols * kSliceK / 4;
+constexpr int kFnQuadsPerThread = (kFnQuads + kThreads - 1) / kThreads;
 constexpr int kSumGroup = 16;  // lanes adding one column's slice sums in phase 2
 constexpr int kSumThreads = (kSumCols * kSumGroup + 31) / 32 * 32;
-constexpr int kMinRowTile = 8, kMaxRowTile = 128;
+constexpr int kMaxRowTile = 4 * kRowSlots;
 
 static_assert(kHidden % (8 * kSlices) == 0 && kSlices % kSumGroup == 0);
-static_assert(kThreads % kMaxRowTile == 0 && kSumThreads <= kThreads);
+static_assert(kSliceK % kParts == 0 && kSumCols % kGroupCols == 0 && kSumThreads <= kThreads);
+static_assert(kRowSlots * kGroups * kParts == kThreads && kMaxRows * kSliceVecs <= kThreads);
 
 struct BoundaryParams {
   const uint16_t* x;         // statistics alone: [m, 4H] bf16, rows x_stride apart
@@ -99,9 +109,10 @@ struct BoundaryParams {
   float norm_eps;
 };
 
-size_t shared_bytes(int row_tile) {
-  const size_t xs = size_t{kSliceK} * row_tile, reduce = size_t{kThreads} * kSumCols;
-  return (kFnFloats + (xs > reduce ? xs : reduce)) * sizeof(float);
+// fn's 24 staged rows, then x's rows up to m rounded up to the row tile.
+size_t shared_bytes(int m, int row_tile) {
+  const size_t rows = static_cast<size_t>((m + row_tile - 1) / row_tile * row_tile);
+  return (kFnFloats + rows * kStride) * sizeof(float);
 }
 
 __device__ __forceinline__ uint4 load16(const uint16_t* p) {
@@ -139,95 +150,122 @@ __device__ __forceinline__ uint4 post_vector(const uint4& yv, const uint4 (&rv)[
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// fn's 24 rows of the slice, transposed into fs[k][n], and the slice's x (the post's result
-// when fused, written out too) into xs[k][r] as fp32.
+// fn's 24 rows of the slice into fs[n][k], and the slice's x (the post's result when fused,
+// written out too) into xs[r][k], as fp32. Every global load is issued before the first store.
 template <bool FUSED>
 __device__ void stage_slice(const BoundaryParams& p, float* fs, float* xs, int h0) {
-  const int tid = static_cast<int>(threadIdx.x), rows = p.row_tile;
+  const int tid = static_cast<int>(threadIdx.x);
   constexpr int kQuads = kSliceK / 4;  // float4s of a staged fn row
-  for (int i = tid; i < kMixCols * kQuads; i += kThreads) {
-    const int q = i % kQuads, n = i / kQuads;
-    const int stream = q / (kSliceCols / 4), col = h0 + 4 * (q % (kSliceCols / 4));
-    const float4 w = __ldg(reinterpret_cast<const float4*>(p.fn + int64_t{n} * kK +
-                                                            stream * kHidden + col));
-    float* dst = fs + 4 * q * kFnStride + n;
-    dst[0] = w.x;
-    dst[kFnStride] = w.y;
-    dst[2 * kFnStride] = w.z;
-    dst[3 * kFnStride] = w.w;
+  float4 w[kFnQuadsPerThread];
+#pragma unroll
+  for (int i = 0; i < kFnQuadsPerThread; ++i) {
+    const int quad = tid + i * kThreads;
+    if (quad < kFnQuads) {
+      const int q = quad % kQuads, n = quad / kQuads;
+      const int stream = q / (kSliceCols / 4), col = h0 + 4 * (q % (kSliceCols / 4));
+      w[i] = __ldg(reinterpret_cast<const float4*>(p.fn + int64_t{n} * kK + stream * kHidden + col));
+    }
   }
-  for (int i = tid; i < p.m * kSliceVecs; i += kThreads) {
-    const int r = i % p.m, v = i / p.m, col = h0 + 8 * v;
-    uint4 xv[kStreamCount];
+  // One 8-column vector of one row a thread (m * 5 <= 640): r = tid % m, vector tid / m.
+  const bool staged = tid < p.m * kSliceVecs;
+  const int r = staged ? tid % p.m : 0, v = staged ? tid / p.m : 0, col = h0 + 8 * v;
+  uint4 xv[kStreamCount];
+  uint4 yv = {}, rv[kStreamCount] = {};
+  float post_c[kStreamCount] = {}, comb[16] = {};
+  if (staged) {
     if constexpr (FUSED) {
-      const uint4 yv = load16(p.y + r * p.y_stride + col);
-      uint4 rv[kStreamCount];
+      yv = load16(p.y + r * p.y_stride + col);
 #pragma unroll
       for (int s = 0; s < kStreamCount; ++s) {
         rv[s] = load16(p.residual + (int64_t{r} * kStreamCount + s) * kHidden + col);
       }
-      float post_c[kStreamCount], comb[16];
 #pragma unroll
       for (int c = 0; c < kStreamCount; ++c) post_c[c] = __ldg(p.post_mix + r * 4 + c);
 #pragma unroll
       for (int j = 0; j < 16; ++j) comb[j] = __ldg(p.comb_in + r * 16 + j);
-#pragma unroll
-      for (int c = 0; c < kStreamCount; ++c) {
-        xv[c] = post_vector(yv, rv, post_c[c], comb, c);
-        *reinterpret_cast<uint4*>(p.updated + (int64_t{r} * kStreamCount + c) * kHidden + col) =
-            xv[c];
-      }
     } else {
 #pragma unroll
-      for (int s = 0; s < kStreamCount; ++s) xv[s] = load16(p.x + r * p.x_stride + s * kHidden + col);
-    }
-#pragma unroll
-    for (int s = 0; s < kStreamCount; ++s) {
-#pragma unroll
-      for (int i2 = 0; i2 < 4; ++i2) {
-        const int k = s * kSliceCols + 8 * v + 2 * i2;
-        xs[k * rows + r] = bf16_lo(word(xv[s], i2));
-        xs[(k + 1) * rows + r] = bf16_hi(word(xv[s], i2));
+      for (int s = 0; s < kStreamCount; ++s) {
+        xv[s] = load16(p.x + r * p.x_stride + s * kHidden + col);
       }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kFnQuadsPerThread; ++i) {
+    const int quad = tid + i * kThreads;
+    if (quad < kFnQuads) {
+      float* dst = fs + (quad / kQuads) * kStride + 4 * (quad % kQuads);
+      dst[0] = w[i].x;
+      dst[1] = w[i].y;
+      dst[2] = w[i].z;
+      dst[3] = w[i].w;
+    }
+  }
+  if (!staged) return;
+  if constexpr (FUSED) {
+#pragma unroll
+    for (int c = 0; c < kStreamCount; ++c) {
+      xv[c] = post_vector(yv, rv, post_c[c], comb, c);
+      *reinterpret_cast<uint4*>(p.updated + (int64_t{r} * kStreamCount + c) * kHidden + col) =
+          xv[c];
+    }
+  }
+  float* x_row = xs + r * kStride + 8 * v;
+#pragma unroll
+  for (int s = 0; s < kStreamCount; ++s) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x_row[s * kSliceCols + 2 * i] = bf16_lo(word(xv[s], i));
+      x_row[s * kSliceCols + 2 * i + 1] = bf16_hi(word(xv[s], i));
     }
   }
 }
 
-// The slice's 25 sums of every row (phase 1's order), stored to part[r, slice, :].
-__device__ void project_slice(const BoundaryParams& p, const float* fs, float* xs, int slice) {
-  const int tid = static_cast<int>(threadIdx.x), rows = p.row_tile, parts = kThreads / rows;
-  const int row = tid % rows, part = tid / rows;
-  float acc[kSumCols];
+// The slice's 25 sums of every row (phase 1's order), stored to part[r, slice, :]. Thread t:
+// part t % 16, sums [5g, 5g + 5) with g = (t / 16) % 5, rows row_slot·RT + i of each pass of
+// 8·RT rows (row_slot = t / 80). Every lane runs every shuffle (idle rows add zeros).
+template <int RT>
+__device__ void project_slice(const BoundaryParams& p, const float* fs, const float* xs,
+                              int slice) {
+  const int tid = static_cast<int>(threadIdx.x), part = tid % kParts;
+  const int group = (tid / kParts) % kGroups, row_slot = tid / (kParts * kGroups);
+  const int k0 = part * kPartK;
+  for (int first = 0; first < p.m; first += kRowSlots * RT) {
+    int rows[RT];
+    float acc[RT][kGroupCols];
 #pragma unroll
-  for (int n = 0; n < kSumCols; ++n) acc[n] = 0.0f;
-  if (row < p.m) {
-    const int first = part * kSliceK / parts, last = (part + 1) * kSliceK / parts;
-    for (int k = first; k < last; ++k) {
-      const float xk = xs[k * rows + row];
-      const float4* w = reinterpret_cast<const float4*>(fs + k * kFnStride);
+    for (int i = 0; i < RT; ++i) {
+      rows[i] = first + row_slot * RT + i;
 #pragma unroll
-      for (int q = 0; q < kMixCols / 4; ++q) {
-        const float4 f = w[q];
-        acc[4 * q] = __fmaf_rn(xk, f.x, acc[4 * q]);
-        acc[4 * q + 1] = __fmaf_rn(xk, f.y, acc[4 * q + 1]);
-        acc[4 * q + 2] = __fmaf_rn(xk, f.z, acc[4 * q + 2]);
-        acc[4 * q + 3] = __fmaf_rn(xk, f.w, acc[4 * q + 3]);
-      }
-      acc[kMixCols] = __fmaf_rn(xk, xk, acc[kMixCols]);
+      for (int c = 0; c < kGroupCols; ++c) acc[i][c] = 0.0f;
     }
-  }
-  __syncthreads();  // every thread is done with xs: the parts' sums go where it was
-  float* sums = xs;  // [part][row][25]
-  if (row < p.m) {
 #pragma unroll
-    for (int n = 0; n < kSumCols; ++n) sums[(part * rows + row) * kSumCols + n] = acc[n];
-  }
-  __syncthreads();
-  for (int o = tid; o < p.m * kSumCols; o += kThreads) {
-    const int r = o / kSumCols, n = o % kSumCols;
-    float s = sums[r * kSumCols + n];
-    for (int q = 1; q < parts; ++q) s = add_rn(s, sums[(q * rows + r) * kSumCols + n]);
-    p.part[(int64_t{r} * kSlices + slice) * kSumCols + n] = s;
+    for (int k = k0; k < k0 + kPartK; ++k) {
+      float xk[RT];
+#pragma unroll
+      for (int i = 0; i < RT; ++i) xk[i] = rows[i] < p.m ? xs[rows[i] * kStride + k] : 0.0f;
+#pragma unroll
+      for (int c = 0; c < kGroupCols; ++c) {
+        const int n = group * kGroupCols + c;
+        const float wk = n < kMixCols ? fs[n * kStride + k] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < RT; ++i) acc[i][c] = __fmaf_rn(xk[i], n < kMixCols ? wk : xk[i], acc[i][c]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < RT; ++i) {
+#pragma unroll
+      for (int c = 0; c < kGroupCols; ++c) {
+        float v = acc[i][c];
+#pragma unroll
+        for (int offset = kParts / 2; offset > 0; offset >>= 1) {
+          v = add_rn(v, __shfl_xor_sync(0xffffffffu, v, offset));
+        }
+        if (part == 0 && rows[i] < p.m) {
+          p.part[(int64_t{rows[i]} * kSlices + slice) * kSumCols + group * kGroupCols + c] = v;
+        }
+      }
+    }
   }
 }
 
@@ -286,7 +324,7 @@ __device__ void combine_norm_row(const BoundaryParams& p, int r, float* slots) {
       make_uint4(yw[0], yw[1], yw[2], yw[3]);
 }
 
-template <bool FUSED>
+template <bool FUSED, int RT>
 __global__ void __launch_bounds__(kThreads, 1)
     hc_boundary_kernel(const __grid_constant__ BoundaryParams p) {
   extern __shared__ float4 shared4[];
@@ -298,7 +336,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int slice = static_cast<int>(blockIdx.x);
   stage_slice<FUSED>(p, fs, xs, slice * kSliceCols);
   __syncthreads();
-  project_slice(p, fs, xs, slice);
+  project_slice<RT>(p, fs, xs, slice);
   cg::this_grid().sync();
   const int stats_row = kSlices - 1 - slice;
   if (stats_row < p.m) finish_stats_row(p, stats_row, sums, gate_params);
@@ -317,10 +355,9 @@ void check_statistics(int64_t m, int device, const TensorView& fn, const TensorV
   if (m < 0 || m > kMaxRows) {
     TVM_FFI_THROW(ValueError) << "m = " << m << " rows: this kernel takes 0 to " << kMaxRows;
   }
-  const bool pow2 = row_tile > 0 && (row_tile & (row_tile - 1)) == 0;
-  if (!pow2 || row_tile < kMinRowTile || row_tile > kMaxRowTile || row_tile < m) {
-    TVM_FFI_THROW(ValueError) << "row_tile = " << row_tile << " must be a power of two from "
-                              << kMinRowTile << " to " << kMaxRowTile << ", at least m = " << m;
+  if (row_tile != kRowSlots && row_tile != 2 * kRowSlots && row_tile != 4 * kRowSlots) {
+    TVM_FFI_THROW(ValueError) << "row_tile = " << row_tile << " must be " << kRowSlots << ", "
+                              << 2 * kRowSlots << " or " << 4 * kRowSlots;
   }
   if (iters < 1) TVM_FFI_THROW(ValueError) << "iters = " << iters << " must be >= 1";
   check_tensor(fn, "fn", {kMixCols, kK}, {kFloat32}, device, Layout::kContiguous, 16);
@@ -357,27 +394,42 @@ BoundaryParams statistics_params(int64_t m, const TensorView& fn, const TensorVi
   return p;
 }
 
-template <bool FUSED>
-void launch(const BoundaryParams& p, int device) {
-  if (p.m == 0) return;
-  tvm::ffi::CUDADeviceGuard guard(device);
-  const size_t smem = shared_bytes(p.row_tile);
-  set_attribute_at_least<hc_boundary_kernel<FUSED>, cudaFuncAttributeMaxDynamicSharedMemorySize>(
-      static_cast<int>(shared_bytes(kMaxRowTile)), device, "hc_boundary");
-  const int64_t resident = resident_ctas(hc_boundary_kernel<FUSED>, kThreads, smem, 0);
+template <bool FUSED, int RT>
+void launch_rows(const BoundaryParams& p, int device) {
+  const auto kernel = hc_boundary_kernel<FUSED, RT>;
+  const size_t smem = shared_bytes(p.m, p.row_tile);
+  set_attribute_at_least<hc_boundary_kernel<FUSED, RT>,
+                         cudaFuncAttributeMaxDynamicSharedMemorySize>(
+      static_cast<int>(shared_bytes(kMaxRows, kMaxRowTile)), device, "hc_boundary");
+  const int64_t resident = resident_ctas(kernel, kThreads, smem, 0);
   if (resident < kSlices) {
     TVM_FFI_THROW(RuntimeError) << "hc_boundary needs " << kSlices << " CTAs of " << kThreads
                                 << " threads resident at once; this GPU holds " << resident;
   }
-  launch_cooperative("hc_boundary", hc_boundary_kernel<FUSED>, dim3(kSlices), dim3(kThreads),
-                     smem, env_stream(device), p);
+  launch_cooperative("hc_boundary", kernel, dim3(kSlices), dim3(kThreads), smem,
+                     env_stream(device), p);
+}
+
+template <bool FUSED>
+void launch(const BoundaryParams& p, int device) {
+  if (p.m == 0) return;
+  tvm::ffi::CUDADeviceGuard guard(device);
+  switch (p.row_tile / kRowSlots) {
+    case 1:
+      return launch_rows<FUSED, 1>(p, device);
+    case 2:
+      return launch_rows<FUSED, 2>(p, device);
+    default:
+      return launch_rows<FUSED, 4>(p, device);
+  }
 }
 
 }  // namespace
 
 // x bf16 [m, 4H] (rows 16-byte aligned, unit stride), fn fp32 [24, 4H], scale [3], base [24]
 // -> pre, post [m, 4], comb [m, 4, 4], mix [m, 24] (fp32, contiguous), with part fp32
-// [m, 128, 25] as the slices' scratch. H = 5120, m <= 127, row_tile the caller's plan.
+// [m, 128, 25] as the slices' scratch. H = 5120, m <= 64; row_tile (8, 16 or 32: rows a
+// pass) the caller's plan.
 void hc_mix_stats_rows_cuda(TensorView x, TensorView fn, TensorView scale, TensorView base,
                             TensorView pre, TensorView post, TensorView comb, TensorView mix,
                             TensorView part, int64_t row_tile, double rms_eps, double eps,

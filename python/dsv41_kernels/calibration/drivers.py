@@ -41,6 +41,7 @@ ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
 ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 192, 256) + (512, 1024, 2048, 4096, 8192)
 MHC_ROWS += (16384, 65536)
+BOUNDARY_ROWS = (1, 2, 6, 12, 24, 31, 32, 48, 64, 96, 128)
 ROUTER_TOKENS = (1, 6, 16, 64, 256, 320, 512, 1024, 2048, 2560, 4096, 16384)
 SCHED_BS = (1, 4, 16, 64)
 WO_A_TP = (1, 2, 4)
@@ -139,6 +140,46 @@ def mhc_cases(device, site: str) -> list[Case]:
     return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in MHC_ROWS]
 
 
+def boundary_cases(device) -> list[Case]:
+    """One mHC boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of a V4.1
+    layer's attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN one and
+    its norm), then the consumer's ``combine``, on random bf16 ``[rows, 4, 5120]`` residuals.
+    SGLang's arm computes the triplet inside the post (its statistics), then the post and the
+    combine; ours takes the statistics the previous call's fused boundary left as precomputed,
+    as it does in a forward, and runs the boundary in one launch."""
+    layer = functools.cache(
+        lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
+    )
+
+    def build(rows):
+        mhc = importlib.import_module(MHC)
+        v41 = layer()
+        gen = torch.Generator(device).manual_seed(rows)
+        draw = lambda *shape: torch.randn(
+            *shape, generator=gen, device=device, dtype=torch.bfloat16
+        )
+        y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
+        boundary = mhc.make_boundary(
+            v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc
+        )
+        carried = {"stats": None}
+
+        def run():
+            state = mhc.run_attn_post(
+                v41.attn_hc, y, residual, stats_stream=None, next=boundary, world_size=1,
+                precomputed=carried["stats"],
+            )  # fmt: skip
+            carried["stats"] = state.stats
+            return mhc.combine(v41.ffn_hc, state)
+
+        return run
+
+    sglang = (MHC, ("_mix_stats_impl", "_combine", "_post_fusion"))
+    return [
+        Case("hc_boundary", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS
+    ]
+
+
 def router_cases(device) -> list[Case]:
     """``deepseek_v2.vision_topk`` of a V4.1 MoE layer with the vision bias on ``tokens``
     random router logits over 384 experts, every other token an image token."""
@@ -225,6 +266,7 @@ SITES = {
     "hc_combine_norm": Driver(
         "deepseek_v4_mhc.combine", functools.partial(mhc_cases, site="hc_combine_norm")
     ),
+    "hc_boundary": Driver("deepseek_v4_mhc.run_attn_post + combine", boundary_cases),
     "moe_fused_gate": Driver("deepseek_v2.vision_topk", router_cases),
     "decoding_sched_meta": Driver(
         "FlashMLA decode with its schedule (the backend's precompute)", sched_cases

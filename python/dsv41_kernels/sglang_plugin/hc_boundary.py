@@ -17,7 +17,7 @@ itself: no ``next``, a norm SGLang calls not fusable, a consumer that wants a pr
 input (``HcQuantized``), SGLang's own mega boundary enabled, batch-invariant mode (the
 small-row statistics are not batch-invariant), ``hc_mix_stats`` or ``hc_combine_norm``
 switched off (their bits are the ones this hook produces), or the op's admission refuses
-(more than 127 rows, fewer than 128 SMs, ...).
+(more than 64 rows, fewer than 128 SMs, ...).
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
 ``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows.

@@ -23,7 +23,8 @@ fp32 (this boundary's triplet), ``pre [m, 4]`` fp32 (the next combine's gates), 
   one-CTA shape, which has its cluster shape's bits); the fallback runs the three ops unfused.
 
 The kernel runs (:func:`hc_boundary_admission`) on CUDA with the small-row statistics kernel
-(:func:`~.hc_mix_stats_plan.rows_kernel_fits`: sm_90+, at least 128 SMs, H = 5120, 1..127 rows),
+(:func:`~.hc_mix_stats_plan.rows_kernel_fits`: sm_90+, at least 128 SMs, H = 5120, 1..64 rows,
+where ``hc_mix_stats`` runs that kernel too),
 contiguous inputs and 16-byte aligned rows; elsewhere the fallback.
 """
 
@@ -47,9 +48,14 @@ from dsv41_kernels.admission import (
 from dsv41_kernels.devices import cuda_index
 from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
-from dsv41_kernels.ops.mhc.hc_mix_stats import MAX_SINKHORN_ITERS, hc_mix_stats
+from dsv41_kernels.ops.mhc.hc_mix_stats import (
+    MAX_SINKHORN_ITERS,
+    hc_mix_stats,
+    hc_mix_stats_admission,
+)
 from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
     ROWS_KERNEL_SLICES,
+    Projection,
     rows_kernel_fits,
     rows_kernel_tile,
 )
@@ -62,8 +68,8 @@ KERNEL = "cuda cooperative"
 
 @dataclass(frozen=True)
 class BoundaryPlan:
-    """What runs: the one cooperative kernel with the small-row statistics' row tile
-    (:func:`~.hc_mix_stats_plan.rows_kernel_tile`), which sets its bits."""
+    """What runs: the one cooperative kernel with the small-row statistics' rows a pass
+    (:func:`~.hc_mix_stats_plan.rows_kernel_tile`)."""
 
     row_tile: int
     kernel: str = KERNEL
@@ -104,7 +110,10 @@ def _fits(y, residual, post, comb, pre, fn, scale, base, weight) -> str | None:
     """Why the kernel cannot take these (valid) arguments, or None."""
     x_like = residual.flatten(1) if residual.is_contiguous() else residual.reshape(y.shape[0], -1)
     if not rows_kernel_fits(x_like, fn):
-        return "the small-row statistics kernel does not fit (sm_90+, 128+ SMs, H 5120, 1-127 rows)"
+        return "the small-row statistics kernel does not fit (sm_90+, 128+ SMs, H 5120, 1-64 rows)"
+    stats = hc_mix_stats_admission(x_like, fn)
+    if not (stats and stats.plan.projection is Projection.CUDA_FP32):
+        return f"hc_mix_stats would not run the small-row kernel here ({stats.reason})"
     aligned = lambda t: t.data_ptr() % 16 == 0
     if not (residual.is_contiguous() and aligned(residual)):
         return "residual is not contiguous and 16-byte aligned"

@@ -27,7 +27,8 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   never depends on the toolchain: a machine that cannot build or load the CUDA module gets that
   error, not the other bits.
 - ``small_row`` (fewer rows, decode and verify) on the raw ``fn`` (no split to hold): on
-  sm_90+ with 128+ SMs and H = 5120 (:func:`~.hc_mix_stats_plan.rows_kernel_fits`) one
+  sm_90+ with 128+ SMs, H = 5120 and 1-64 rows (:func:`~.hc_mix_stats_plan.rows_kernel_fits`;
+  ``auto`` takes the compensated path from 65 rows on such a GPU) one
   cooperative launch of ``sgl-kernel/csrc/hc_boundary.cu``, whose projection is fp32 fmas on
   CUDA cores (each product rounded once; the K slices and the orders are in the source's
   header) and whose CTAs then finish a row each; :func:`~.hc_boundary.hc_boundary` runs the
@@ -72,6 +73,7 @@ from dsv41_kernels.admission import (
 )
 from dsv41_kernels.devices import cuda_index
 from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.mhc import hc_mix_stats_plan
 from dsv41_kernels.ops.mhc import hc_mix_stats_triton as triton_kernels
 from dsv41_kernels.ops.mhc.hc_derived_weights import HcDerivedWeights, tf32_residual
 from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
@@ -79,14 +81,19 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
     Numerics,
     Path,
     Projection,
+    cuda_kernel_fits,
     default_plan,
     projection_for,
+    rows_kernel_fits,
 )
 from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT, hc_gates, hc_mix
 
 MODES = ("auto", "compensated", "small_row", "batch_invariant")
 COMPENSATED_MIN_ROWS = 128
-"""``auto`` takes the compensated path from this many rows; below, the small-row path."""
+"""``auto`` takes the compensated path from this many rows; below, the small-row path, except
+between the small-row kernel's rows and this where that kernel would otherwise run (the
+compensated CUDA projection is faster there)."""
+ROWS_KERNEL_MAX_ROWS = hc_mix_stats_plan.ROWS_KERNEL_MAX_ROWS
 MIX_RTOL = 5e-6
 """Bound on ``max|mix - ref| / max|ref|`` against the float64 reference, stated for every path
 (the GPU tests also hold the compensated path ten times below single-pass TF32)."""
@@ -137,11 +144,17 @@ def _validate_gates(x, scale, base, scalars: dict) -> dict:
     }
 
 
-def _path(rows: int, mode: str) -> tuple[Path, str]:
+def _path(x2d: torch.Tensor, fn: torch.Tensor, mode: str) -> tuple[Path, str]:
+    rows = x2d.shape[0]
     if mode != "auto":
         return Path(mode), "requested"
     if rows >= COMPENSATED_MIN_ROWS:
         return Path.COMPENSATED, f"{rows} rows >= {COMPENSATED_MIN_ROWS}"
+    if rows_kernel_fits(x2d, fn):
+        return Path.SMALL_ROW, f"{rows} rows <= {ROWS_KERNEL_MAX_ROWS}"
+    # Past the small-row kernel's rows on a GPU that has it (its first row fits), compensated.
+    if rows > ROWS_KERNEL_MAX_ROWS and cuda_kernel_fits(x2d, fn) and rows_kernel_fits(x2d[:1], fn):
+        return Path.COMPENSATED, f"{rows} rows > {ROWS_KERNEL_MAX_ROWS}, the small-row kernel's"
     return Path.SMALL_ROW, f"{rows} rows < {COMPENSATED_MIN_ROWS}"
 
 
@@ -161,7 +174,7 @@ def _plan(x: torch.Tensor, fn: torch.Tensor, derived: bool, mode: str) -> Admiss
     if x.dtype != torch.bfloat16:
         return refuse(f"x dtype {x.dtype} (the kernels read bf16)")
     x2d = x.flatten(1)
-    path, why = _path(x2d.shape[0], mode)
+    path, why = _path(x2d, fn, mode)
     # Never the toolchain: the same projection on every rank (see the module docstring).
     projection = projection_for(x2d, fn, path)
     plan = default_plan(path, projection, *x2d.shape, x.device)

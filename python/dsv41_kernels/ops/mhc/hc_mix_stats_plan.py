@@ -69,7 +69,9 @@ ROWS_KERNEL_SLICES = 128
 """K slices of the small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``): one CTA each, all
 resident at once, so it runs on GPUs of at least this many SMs."""
 ROWS_KERNEL_K = 20480  # 4 x 5120: the kernel's one width (V4's hidden size)
-ROWS_KERNEL_MAX_ROWS = ROWS_KERNEL_SLICES - 1
+ROWS_KERNEL_MAX_ROWS = 64
+"""Rows the small-row kernel takes (CTAs r and 127 - r finish row r; above, its fp32 CUDA-core
+projection is slower than the compensated tensor-core one on the H200)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,7 @@ def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
 
 def rows_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
     """The small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``) takes ``x2d``: bf16 ``[m,
-    20480]`` with 1-127 rows, 16-byte aligned unit-stride rows that do not overlap, ``fn``
+    20480]`` with 1-64 rows, 16-byte aligned unit-stride rows that do not overlap, ``fn``
     contiguous and 16-byte aligned, on sm_90+ with at least :data:`ROWS_KERNEL_SLICES` SMs."""
     return (
         x2d.is_cuda
@@ -163,10 +165,9 @@ def rows_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
 
 
 def rows_kernel_tile(m: int) -> int:
-    """The small-row kernel's row tile for ``m`` rows: the least power of two >= max(m, 8).
-    Its thread layout (the projection's K split over 640 / tile parts) follows from it, so the
-    bits do too."""
-    return max(8, triton.next_power_of_2(m))
+    """The small-row kernel's rows a pass for ``m`` rows: 8, 16 or 32 (its 8 row slots hold 1, 2
+    or 4 rows each). A row's bits do not depend on it."""
+    return 8 if m <= 8 else (16 if m <= 16 else 32)
 
 
 def projection_for(x2d: torch.Tensor, fn: torch.Tensor, path: Path) -> Projection:
@@ -236,9 +237,8 @@ def check_config(
     projection's, ``wgmma`` its Hopper kernel's, ``rows`` the small-row kernel's)."""
     pow2 = lambda v, lo: v >= lo and v & (v - 1) == 0
     if rows:
-        tile_ok = cfg.block_m <= 128 and pow2(cfg.block_m, 8)
-        if not tile_ok or cfg.splits != ROWS_KERNEL_SLICES:
-            raise ValueError(f"config: the small-row kernel takes a row tile of 8-128, {cfg}")
+        if cfg.block_m not in (8, 16, 32) or cfg.splits != ROWS_KERNEL_SLICES:
+            raise ValueError(f"config: the small-row kernel takes a row tile of 8, 16 or 32, {cfg}")
         return
     if cuda and cfg.block_m not in ((128, 256) if wgmma else (128,)):
         raise ValueError(f"config: block_m must be 128 (or 256 with wgmma) on CUDA, got {cfg}")

@@ -1,0 +1,106 @@
+"""The mHC boundary: SGLang's post, the next statistics and combine+norm fused in one launch, vs
+the steps one launch each.
+
+DeepSeek-V4.1's hidden size (H = 5120) at the decode/verify row counts m = 1, 6, 12, 24, 31,
+48, 64 (the kernel takes up to 64). Arms, op ``hc_boundary``: ``sglang-0.5.23`` (SGLang's own
+three steps as its SM90 chain dispatches them: ``post``, ``mix_stats`` of the updated streams
+and ``combine``, through ``deepseek_v4_mhc`` with our hooks out; its statistics need tilelang
+at 2-31 rows), ``unfused`` (SGLang's post kernel, then our ``hc_mix_stats`` and
+``hc_combine_norm``: what the plugin ran before the fusion) and ``ours`` (``hc_boundary``,
+checked bit-equal to ``unfused`` first). The call through SGLang's chain, with SGLang's arm
+at every size, is ``benchmark/call_sites.py``'s ``hc_boundary`` site.
+
+    python benchmark/kernels/bench_hc_boundary.py --record
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+from common import parser, record, report, timed
+
+from dsv41_kernels.calibration import callers
+from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
+from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
+from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
+
+EPS = 1e-6
+
+
+def inputs(m: int, device, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randn(m, 5120, generator=gen).bfloat16()
+    residual = torch.randn(m, 4, 5120, generator=gen).bfloat16()
+    post = 2 * torch.rand(m, 4, generator=gen)
+    comb = torch.rand(m, 4, 4, generator=gen)
+    comb = comb / comb.sum(1, keepdim=True)
+    pre = torch.rand(m, 4, generator=gen) + 0.1
+    return tuple(t.to(device) for t in (y, residual, post, comb, pre))
+
+
+def sglang_steps(layer, y, residual, post, comb, pre):
+    """SGLang's own post, statistics and combine for this boundary (our hooks out), or None
+    with why where SGLang's functions do not import."""
+    try:
+        mhc = importlib.import_module("sglang.srt.models.deepseek_v4_mhc")
+    except Exception as e:  # ImportError, or whatever a half-importable SGLang raises
+        return None, f"SGLang does not import here: {type(e).__name__}: {e}"[:200]
+    nxt = layer.ffn_hc
+
+    def run():
+        with callers.sglang_functions(mhc):
+            updated = mhc.post(layer.attn_hc.cfg, y, residual, post, comb)
+            stats = mhc.mix_stats(nxt, updated)
+            return mhc.combine(nxt, mhc.HcState(updated, pre)), stats
+
+    return run, None
+
+
+def measure(m: int, device, layer) -> list[dict]:
+    y, residual, post, comb, pre = inputs(m, device, seed=m)
+    nxt = layer.ffn_hc
+    fn, scale, base, weight = nxt.fn, nxt.scale, nxt.base, nxt.norm.weight
+    split_h = importlib.import_module("sglang.kernels.ops.layernorm.mhc_post_split_h")
+    shape = f"[{m}, 4, 5120] bf16"
+
+    def unfused():
+        updated = split_h.mhc_post_split_h(y, residual, post, comb)
+        flat = updated.flatten(1)
+        return updated, hc_combine_norm(flat, pre, weight, EPS), hc_mix_stats(flat, fn, scale, base)
+
+    def fused():
+        return hc_boundary(y, residual, post, comb, pre, fn, scale, base, weight, norm_eps=EPS)
+
+    a, b = fused(), unfused()
+    flat = lambda out: [out[0], out[1], *out[2]]
+    exact = all(torch.equal(p.view(torch.int16 if p.element_size() == 2 else torch.int32),
+                            q.view(torch.int16 if q.element_size() == 2 else torch.int32))
+                for p, q in zip(flat(a), flat(b), strict=True))  # fmt: skip
+    kernel = hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight).kernel
+    run, why = sglang_steps(layer, y, residual, post, comb, pre)
+    sglang = record("hc_boundary", shape, "sglang-0.5.23", None, error=why)
+    if run is not None:
+        sglang = timed("hc_boundary", shape, "sglang-0.5.23", run)
+    return [
+        sglang,
+        timed("hc_boundary", shape, "unfused", unfused),
+        timed("hc_boundary", shape, "ours", fused, exact=exact, kernel=kernel),
+    ]
+
+
+def main() -> None:
+    p = parser(__doc__)
+    p.add_argument("--rows", default="1,6,12,24,31,48,64")
+    args = p.parse_args()
+    device = torch.device("cuda")
+    from sglang.srt.plugins import load_plugins
+
+    load_plugins()
+    layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
+    records = [r for m in map(int, args.rows.split(",")) for r in measure(m, device, layer)]
+    report(records, args.json, baseline="unfused")
+
+
+if __name__ == "__main__":
+    main()
