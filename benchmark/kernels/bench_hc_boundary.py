@@ -10,12 +10,21 @@ at 2-31 rows), ``unfused`` (SGLang's post kernel, then our ``hc_mix_stats`` and
 checked bit-equal to ``unfused`` first). The call through SGLang's chain, with SGLang's arm
 at every size, is ``benchmark/call_sites.py``'s ``hc_boundary`` site.
 
-    python benchmark/kernels/bench_hc_boundary.py --record
+    python benchmark/kernels/bench_hc_boundary.py --record [--probe]
+
+``--probe`` also times the floors of the kernel's launch shape (``hc_boundary_probe.cu`` beside
+this file, built here on first use): 128 CTAs of 640 threads launched ordinarily or
+cooperatively doing nothing, one grid barrier, the fn slice staged before it, and an L2 round
+after it; and the statistics kernel with 1 Sinkhorn iteration against 20, and the fused kernel
+one call a graph against 100, at 6 rows.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
+import os
+from pathlib import Path
 
 import torch
 from common import parser, record, report, timed
@@ -26,6 +35,7 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
 
 EPS = 1e-6
+PROBE = Path(__file__).with_name("hc_boundary_probe.cu")
 
 
 def inputs(m: int, device, seed: int):
@@ -89,9 +99,72 @@ def measure(m: int, device, layer) -> list[dict]:
     ]
 
 
+@functools.cache
+def probe_module():
+    """``hc_boundary_probe.cu`` built for this GPU into the just-in-time cache, and loaded."""
+    import tvm_ffi
+    import tvm_ffi.cpp
+
+    from dsv41_kernels.devices import device_arch
+    from dsv41_kernels.jit import CACHE, CSRC, CUDA_CFLAGS, cuda_home
+
+    arch = device_arch(0)
+    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch
+    if cuda_home():
+        os.environ["CUDA_HOME"] = cuda_home()
+    library = tvm_ffi.cpp.build(
+        "hc_boundary_probe",
+        sources=[str(PROBE)],
+        extra_cuda_cflags=list(CUDA_CFLAGS),
+        extra_include_paths=[str(CSRC)],
+        build_directory=str(CACHE / f"hc_boundary_probe-{arch}"),
+    )
+    return tvm_ffi.load_module(library)
+
+
+def probe(device, layer) -> list[dict]:
+    """The launch shape's floors and the steps' costs at 6 rows (see the module)."""
+    from dsv41_kernels.timing import graph_time_us
+
+    module = probe_module()
+    fn = torch.randn(128 * 24 * 160, device=device)
+    scratch = torch.zeros(128 * 25, device=device)
+    shape = "128 CTAs x 640 threads"
+    steps = (
+        ("ordinary launch, empty", 0, False),
+        ("cooperative launch, empty", 0, True),
+        ("cooperative, one grid barrier", 1, True),
+        ("cooperative, fn slice staged, barrier", 2, True),
+        ("cooperative, staged, barrier, L2 round", 3, True),
+    )
+    records = [
+        timed(
+            "probe", shape, arm, lambda s=step, c=coop: module.hc_boundary_probe(fn, scratch, s, c)
+        )
+        for arm, step, coop in steps
+    ]
+    y, residual, post, comb, pre = inputs(6, device, seed=6)
+    nxt = layer.ffn_hc
+    x = residual.flatten(1)
+    for iters in (1, 20):
+        run = lambda iters=iters: hc_mix_stats(x, nxt.fn, nxt.scale, nxt.base, iters=iters)
+        records.append(timed("probe", "[6, 4, 5120] bf16", f"statistics, {iters} Sinkhorn", run))
+
+    def fused():
+        return hc_boundary(
+            y, residual, post, comb, pre, nxt.fn, nxt.scale, nxt.base, nxt.norm.weight
+        )
+
+    for inner in (1, 100):
+        us = graph_time_us(fused, inner=inner)
+        records.append(record("probe", "[6, 4, 5120] bf16", f"hc_boundary, {inner} a graph", us))
+    return records
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", default="1,6,12,24,31,48,64")
+    p.add_argument("--probe", action="store_true", help="also time the launch shape's floors")
     args = p.parse_args()
     device = torch.device("cuda")
     from sglang.srt.plugins import load_plugins
@@ -99,6 +172,8 @@ def main() -> None:
     load_plugins()
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     records = [r for m in map(int, args.rows.split(",")) for r in measure(m, device, layer)]
+    if args.probe:
+        records += probe(device, layer)
     report(records, args.json, baseline="unfused")
 
 
