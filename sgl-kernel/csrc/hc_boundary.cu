@@ -66,10 +66,10 @@ constexpr int kK = kStreamCount * kHidden;
 constexpr int kSlices = 128;
 constexpr int kThreads = kHidden / 8;  // 640: the combine's one 16-byte vector a thread
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRows = kSlices / 2;  // CTAs r and 127 - r: the combine and the statistics
+constexpr int kMaxRows = kSlices / 2;          // CTAs r and 127 - r: the combine and the statistics
 constexpr int kSliceCols = kHidden / kSlices;  // 40
 constexpr int kSliceK = kStreamCount * kSliceCols;  // 160
-constexpr int kSliceVecs = kSliceCols / 8;     // 5
+constexpr int kSliceVecs = kSliceCols / 8;          // 5
 constexpr int kStride = kSliceK + 1;  // staged rows of fn and x: odd, so 16 parts 10 columns
                                       // apart fall in 16 banks
 constexpr int kFnFloats = kMixCols * kStride;
@@ -163,7 +163,8 @@ __device__ void stage_slice(const BoundaryParams& p, float* fs, float* xs, int h
     if (quad < kFnQuads) {
       const int q = quad % kQuads, n = quad / kQuads;
       const int stream = q / (kSliceCols / 4), col = h0 + 4 * (q % (kSliceCols / 4));
-      w[i] = __ldg(reinterpret_cast<const float4*>(p.fn + int64_t{n} * kK + stream * kHidden + col));
+      w[i] =
+          __ldg(reinterpret_cast<const float4*>(p.fn + int64_t{n} * kK + stream * kHidden + col));
     }
   }
   // One 8-column vector of one row a thread (m * 5 <= 640): r = tid % m, vector tid / m.
@@ -249,7 +250,8 @@ __device__ void project_slice(const BoundaryParams& p, const float* fs, const fl
         const int n = group * kGroupCols + c;
         const float wk = n < kMixCols ? fs[n * kStride + k] : 0.0f;
 #pragma unroll
-        for (int i = 0; i < RT; ++i) acc[i][c] = __fmaf_rn(xk[i], n < kMixCols ? wk : xk[i], acc[i][c]);
+        for (int i = 0; i < RT; ++i)
+          acc[i][c] = __fmaf_rn(xk[i], n < kMixCols ? wk : xk[i], acc[i][c]);
       }
     }
 #pragma unroll
@@ -273,8 +275,8 @@ __device__ void project_slice(const BoundaryParams& p, const float* fs, const fl
 __device__ void finish_stats_row(const BoundaryParams& p, int r, float* sums, float* gate_params) {
   const int tid = static_cast<int>(threadIdx.x);
   if (tid < kGateParams) {
-    gate_params[tid] = tid < kMixCols ? __ldg(p.finish.base + tid)
-                                      : __ldg(p.finish.scale + (tid - kMixCols));
+    gate_params[tid] =
+        tid < kMixCols ? __ldg(p.finish.base + tid) : __ldg(p.finish.scale + (tid - kMixCols));
   }
   if (tid < kSumThreads) {  // whole warps, so every lane of a butterfly takes part
     const int n = tid / kSumGroup, j = tid % kSumGroup;
@@ -406,8 +408,8 @@ void launch_rows(const BoundaryParams& p, int device) {
     TVM_FFI_THROW(RuntimeError) << "hc_boundary needs " << kSlices << " CTAs of " << kThreads
                                 << " threads resident at once; this GPU holds " << resident;
   }
-  launch_cooperative("hc_boundary", kernel, dim3(kSlices), dim3(kThreads), smem,
-                     env_stream(device), p);
+  launch_cooperative("hc_boundary", kernel, dim3(kSlices), dim3(kThreads), smem, env_stream(device),
+                     p);
 }
 
 template <bool FUSED>
