@@ -179,19 +179,33 @@ def check_outputs(outputs: dict[str, torch.Tensor | None]) -> None:
                 f"{name} has overlapping elements (stride {tuple(t.stride())} for shape "
                 f"{tuple(t.shape)}, e.g. an expand view): an output must own each element"
             )
-    spans = []
-    for name, t in given:
-        start = t.data_ptr() + t.element_size() * sum(
-            (s - 1) * st for s, st in zip(t.shape, t.stride()) if st < 0
-        )
-        length = t.element_size() * (
-            1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride()))
-        )
-        spans.append((name, t.device, start, start + length))
+    spans = [(name, *_span(t)) for name, t in given]
     for i, (a, dev_a, lo_a, hi_a) in enumerate(spans):
         for b, dev_b, lo_b, hi_b in spans[i + 1 :]:
             if dev_a == dev_b and lo_a < hi_b and lo_b < hi_a:
                 raise ValueError(f"{a} and {b} share memory: each output needs its own")
+
+
+def _span(t: torch.Tensor) -> tuple[torch.device, int, int]:
+    """``(device, first byte, one past the last byte)`` that ``t``'s elements can touch."""
+    start = t.data_ptr() + t.element_size() * sum(
+        (s - 1) * st for s, st in zip(t.shape, t.stride()) if st < 0
+    )
+    length = t.element_size() * (1 + sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())))
+    return t.device, start, start + length
+
+
+def check_inputs_apart(
+    outputs: dict[str, torch.Tensor | None], inputs: dict[str, torch.Tensor | None]
+) -> None:
+    """Raise ``ValueError`` naming both when an input shares memory with an output: a kernel
+    would read values it is overwriting (the torch fallback reads them first). ``None`` and
+    empty tensors are skipped."""
+    spans = lambda given: [(n, *_span(t)) for n, t in given.items() if t is not None and t.numel()]
+    for out, dev_o, lo_o, hi_o in spans(outputs):
+        for name, dev_i, lo_i, hi_i in spans(inputs):
+            if dev_o == dev_i and lo_o < hi_i and lo_i < hi_o:
+                raise ValueError(f"{name} shares memory with the output {out}: give it its own")
 
 
 def check_admission(value: object) -> Admission | None:

@@ -343,6 +343,22 @@ def test_overlapping_outputs_are_refused():
         assert not decoding_sched_meta_admission(*args, SPARSE_CONFIG)
 
 
+def test_lengths_sharing_memory_with_an_output_are_refused():
+    """A length tensor the kernel reads while it writes the schedule into the same memory would
+    give garbage on the GPU (the fallback reads first): refused on every path, naming it."""
+    meta, _ = outputs(4, 6)
+    backing = torch.zeros(8, dtype=torch.int32)
+    splits = backing[:7]
+    for name in ("topk_length", "extra_topk_length"):
+        kwargs = {name: backing[1:7]}
+        config = DecodingSchedConfig(topk=512, extra_topk=64 if name == "extra_topk_length" else 0)
+        with pytest.raises(ValueError, match=f"^{name} shares memory with the output num_splits"):
+            decoding_sched_meta(meta, splits, config, **kwargs)
+        assert not decoding_sched_meta_admission(meta, splits, config, **kwargs)
+    apart = torch.full((6,), 100, dtype=torch.int32)
+    decoding_sched_meta(meta, splits, DecodingSchedConfig(topk=512), topk_length=apart)
+
+
 def test_schedule_takes_only_the_lengths():
     """An unknown keyword raises TypeError on every call, not only the step's first."""
     sched = DecodingSchedMeta.empty(

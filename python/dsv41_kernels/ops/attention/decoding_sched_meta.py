@@ -43,6 +43,7 @@ from dsv41_kernels.admission import (
     admit,
     check_admission,
     check_device,
+    check_inputs_apart,
     check_int,
     check_outputs,
     check_tensor,
@@ -214,6 +215,8 @@ def _validate(
             raise ValueError(f"{name} must be on tile_scheduler_metadata's device")
     if topk == -1 and "seqlens_k" not in lengths:
         raise ValueError("seqlens_k is required in dense mode (topk == -1)")
+    outputs = {"tile_scheduler_metadata": tile_scheduler_metadata, "num_splits": num_splits}
+    check_inputs_apart(outputs, lengths)
     return config
 
 
