@@ -73,6 +73,35 @@ def test_hook_is_on_the_call_site_and_declines_off_cuda(
     assert any("cpu" in reason for reason in reasons), reasons
 
 
+def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
+    """Given SGLang's stats stream (a decode-like step), the statistics run beside the sublayer
+    in SGLang: the fused boundary declines and says so; SGLang's post runs."""
+    from sglang.srt.environ import envs
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    from dsv41_kernels.sglang_plugin import dispatch
+    from dsv41_kernels.sglang_plugin.hc_boundary import OVERLAPPED
+
+    y, _, residual = inputs(6, "cpu")
+    layer = cpu_layer
+    gen = torch.Generator().manual_seed(9)
+    post = 2 * torch.rand(6, 4, generator=gen)
+    comb = torch.rand(6, 4, 4, generator=gen)
+    triplet = (torch.rand(6, 4, generator=gen) + 0.1, post, comb / comb.sum(1, keepdim=True))
+    norm = layer.post_attention_layernorm
+    boundary = mhc.make_boundary(norm, accepts_mxfp8=False, hc=layer.ffn_hc)
+    with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False):
+        for stream, reason in ((object(), OVERLAPPED), (None, "cpu")):
+            state = mhc.run_attn_post(
+                layer.attn_hc, y, residual, stats_stream=stream, next=boundary, world_size=1,
+                precomputed=triplet,
+            )  # fmt: skip
+            assert state.input is None and state.stats is None  # SGLang's plain post
+            counts = fired()[HOOK]
+            assert counts["ours"] == 0 and any(reason in r for r in counts["sglang"]), counts
+            dispatch.reset()
+
+
 @pytest.fixture
 def gpu_layer(plugin):
     if not torch.cuda.is_available():

@@ -31,7 +31,11 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4.fused_rope_inplace",
         "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",
     ),
-    "hc_boundary": ("sglang.srt.models.deepseek_v4_mhc._post_fusion",),
+    "hc_boundary": (
+        "sglang.srt.models.deepseek_v4_mhc._post_fusion",
+        "sglang.srt.models.deepseek_v4_mhc.run_attn_post",
+        "sglang.srt.models.deepseek_v4_mhc.run_moe_post",
+    ),
     "sharded_accept_greedy": (
         "sglang.srt.speculative.dspark_components.dspark_worker_v2.DSparkWorkerV2.__init__",
         "sglang.srt.layers.logits_processor.LogitsProcessor._get_logits",

@@ -12,12 +12,19 @@ as precomputed, so the statistics and the combine never run on their own. On Hop
 runs the plain post and leaves both to their own launches. Ours returns the same state from
 one launch, on any GPU the op admits and the policy measured.
 
-It declines (SGLang's ``_post_fusion`` runs) where the seam is closed or SGLang fuses it
-itself: no ``next``, a norm SGLang calls not fusable, a consumer that wants a pre-quantized
-input (``HcQuantized``), SGLang's own mega boundary enabled, batch-invariant mode (the
-small-row statistics are not batch-invariant), ``hc_mix_stats`` or ``hc_combine_norm``
-switched off (their bits are the ones this hook produces), or the op's admission refuses
-(more than 64 rows, fewer than 128 SMs, ...).
+Where SGLang runs the next statistics on its stats stream beside the sublayer
+(``use_stats_stream``: decode-like steps, on SM90 one row or a decode of up to 64, on Blackwell
+every decode and verify), they are off its critical path, and a fused boundary would put them
+back on it: the hook declines there. ``run_attn_post`` and ``run_moe_post`` are hooked only to
+say, for the post they run, whether SGLang gave them that stream.
+
+It declines (SGLang's ``_post_fusion`` runs) where SGLang overlaps the statistics (above),
+where the seam is closed (no ``next``) or SGLang fuses it itself (its mega boundary), for a
+norm SGLang calls not fusable, for a consumer that wants a pre-quantized input
+(``HcQuantized``), in batch-invariant mode (the small-row statistics are not
+batch-invariant), with ``hc_mix_stats`` or ``hc_combine_norm`` switched off (their bits are
+the ones this hook produces), or where the op's admission refuses (more than 64 rows, fewer
+than 128 SMs, ...).
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
 ``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows.
@@ -25,6 +32,7 @@ Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` ar
 
 from __future__ import annotations
 
+import contextvars
 import os
 
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
@@ -40,12 +48,28 @@ from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, switch_names
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
 PARTS = ("hc_mix_stats", "hc_combine_norm")
 """The switches whose ops' bits the boundary produces: off when either is off."""
+OVERLAPPED = "SGLang runs the statistics on its stats stream beside the sublayer here"
+
+# Whether the post now running was given SGLang's stats stream (set around run_*_post).
+_stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", default=False)
+
+
+def run_post_hook(original, *args, **kwargs):
+    """AROUND ``run_attn_post`` / ``run_moe_post``: SGLang's function, with the post it runs told
+    whether SGLang overlaps the statistics (a ``stats_stream`` given)."""
+    token = _stats_beside_sublayer.set(kwargs.get("stats_stream") is not None)
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _stats_beside_sublayer.reset(token)
 
 
 def boundary_admission(hc, y, residual, coefficients, next) -> Admission:
     """Ours for this post, or SGLang's (pure: module flags, shapes, dtypes)."""
     if next is None or next.hc is None:
         return refuse("the seam is closed (last layer or Engram): no next sublayer")
+    if _stats_beside_sublayer.get():
+        return refuse(OVERLAPPED)
     if not next.norm_fusable:
         return refuse("SGLang calls the next norm not fusable")
     if next.accepts_mxfp8 or next.accepts_mxfp8_deepgemm or next.mega_moe_input is not None:
@@ -97,7 +121,11 @@ def _boundary(hc, y, residual, coefficients, next, admission):
     return mhc.HcState(updated, pre, mhc.HcNormed(normed), stats)
 
 
-HOOKS = ((_TARGET, post_fusion_hook, HookType.AROUND),)
+HOOKS = (
+    (_TARGET, post_fusion_hook, HookType.AROUND),
+    ("sglang.srt.models.deepseek_v4_mhc.run_attn_post", run_post_hook, HookType.AROUND),
+    ("sglang.srt.models.deepseek_v4_mhc.run_moe_post", run_post_hook, HookType.AROUND),
+)
 REQUIRES = (
     "sglang.srt.models.deepseek_v4_mhc.HcNormed",
     "sglang.srt.models.deepseek_v4_mhc._can_use_mega_mhc",
