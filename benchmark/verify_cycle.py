@@ -28,7 +28,8 @@ attention output -> wo_a       40    ``MQALayer.forward``'s inverse RoPE and FP8
 Arms: ``sglang-0.5.23`` runs each call site with our hooks taken out (SGLang's functions, as a
 server without the plugin runs them); ``ours`` runs the same call sites with the plugin on, as
 it decides by default (a hook that measured slower declines). Each group and the whole cycle
-are captured in one CUDA graph each and timed by replay (median); the saving per cycle is
+are captured in one CUDA graph each, :data:`CYCLES` times over, and timed by replay (median, per
+cycle); the saving per cycle is
 printed per call site and in total. The FlashMLA rows include the sparse decode itself in both
 arms (the schedule is computed inside FlashMLA's call when SGLang leaves it empty, as on SM90),
 so their difference is the scheduler's saving.
@@ -63,6 +64,9 @@ BOUNDARIES_PER_CYCLE = 2 * LAYERS
 SCHEDULES = ((128, 0), (128, 512), (128, 64))  # (SWA top-k, extra top-k): c0, c4, c128
 ARMS = (SGLANG_ARM, OURS_ARM)
 WHOLE_CYCLE = "verify cycle"
+CYCLES = 10
+"""Cycles captured in one graph, the figure per cycle: a graph's own launch (about 10 us on the
+H200, more than a one-call group's work) is then a tenth of one."""
 
 
 def accept_group(device):
@@ -217,7 +221,7 @@ def main() -> None:
         for arm, fn in arms.items():
             fields = {"call_site": site, "per_cycle": count}
             try:
-                times[arm] = graph_time_us(fn, inner=1, repeats=args.repeats)
+                times[arm] = graph_time_us(fn, inner=CYCLES, repeats=args.repeats)
             except FATAL:
                 raise
             except BaseException as e:  # an arm that cannot run (SGLang's tilelang absent, say)
@@ -228,7 +232,7 @@ def main() -> None:
             runnable.append(arms)
             ran.append(op)
     whole = {
-        arm: graph_time_us(lambda arm=arm: [g[arm]() for g in runnable], inner=1,
+        arm: graph_time_us(lambda arm=arm: [g[arm]() for g in runnable], inner=CYCLES,
                            repeats=args.repeats)
         for arm in ARMS
     }  # fmt: skip
