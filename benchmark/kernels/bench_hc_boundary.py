@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-import os
 from pathlib import Path
 
 import torch
-from common import parser, record, report, timed
+from common import build_beside, parser, record, report, timed
 
 from dsv41_kernels.calibration import callers
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
@@ -101,25 +100,8 @@ def measure(m: int, device, layer) -> list[dict]:
 
 @functools.cache
 def probe_module():
-    """``hc_boundary_probe.cu`` built for this GPU into the just-in-time cache, and loaded."""
-    import tvm_ffi
-    import tvm_ffi.cpp
-
-    from dsv41_kernels.devices import device_arch
-    from dsv41_kernels.jit import CACHE, CSRC, CUDA_CFLAGS, cuda_home
-
-    arch = device_arch(0)
-    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch
-    if cuda_home():
-        os.environ["CUDA_HOME"] = cuda_home()
-    library = tvm_ffi.cpp.build(
-        "hc_boundary_probe",
-        sources=[str(PROBE)],
-        extra_cuda_cflags=list(CUDA_CFLAGS),
-        extra_include_paths=[str(CSRC)],
-        build_directory=str(CACHE / f"hc_boundary_probe-{arch}"),
-    )
-    return tvm_ffi.load_module(library)
+    """``hc_boundary_probe.cu`` built for this GPU and loaded (:func:`common.build_beside`)."""
+    return build_beside(PROBE)
 
 
 def probe(device, layer) -> list[dict]:

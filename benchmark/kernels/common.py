@@ -77,6 +77,32 @@ def sglang_function(module: str, name: str):
     return (None, why) if found is None else (getattr(found, name), None)
 
 
+def build_beside(source: Path, device_index: int = 0):
+    """A benchmark-only CUDA source beside these scripts (a sweep's or a probe's, never shipped)
+    built for the device's arch into the just-in-time cache (a ninja build: again only when a
+    source changed), with the package's headers on the include path, and loaded."""
+    import os
+
+    import tvm_ffi
+    import tvm_ffi.cpp
+
+    from dsv41_kernels.devices import device_arch
+    from dsv41_kernels.jit import CACHE, CSRC, CUDA_CFLAGS, cuda_home
+
+    arch = device_arch(device_index)
+    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch  # tvm-ffi reads its target from here
+    if cuda_home():
+        os.environ["CUDA_HOME"] = cuda_home()
+    library = tvm_ffi.cpp.build(
+        source.stem,
+        sources=[str(source)],
+        extra_cuda_cflags=list(CUDA_CFLAGS),
+        extra_include_paths=[str(CSRC)],
+        build_directory=str(CACHE / f"{source.stem}-{arch}"),
+    )
+    return tvm_ffi.load_module(library)
+
+
 def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:
     """The :data:`SGLANG_ARM` record: ``run`` timed, or the reason SGLang is absent."""
     if fn is None:

@@ -11,14 +11,11 @@ occupancy.
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 
 import torch
-from common import timed
+from common import build_beside, timed
 
-from dsv41_kernels.devices import device_arch
-from dsv41_kernels.jit import CACHE, CSRC, CUDA_CFLAGS, cuda_home
 from dsv41_kernels.ops.speculative.argmax_plan import (
     CUDA_KERNEL_IDS,
     ArgmaxKernel,
@@ -41,23 +38,8 @@ CTA_A_ROW_ROWS = (96, 128, 256, 384)
 
 @functools.cache
 def sweep_module(device_index: int = 0):
-    """``row_argmax_sweep.cu`` built for the device's arch into the just-in-time cache (a ninja
-    build: again only when a source changed) and loaded."""
-    import tvm_ffi
-    import tvm_ffi.cpp
-
-    arch = device_arch(device_index)
-    os.environ["TVM_FFI_CUDA_ARCH_LIST"] = arch  # tvm-ffi reads its target from here
-    if cuda_home():
-        os.environ["CUDA_HOME"] = cuda_home()
-    library = tvm_ffi.cpp.build(
-        "row_argmax_sweep",
-        sources=[str(SOURCE)],
-        extra_cuda_cflags=list(CUDA_CFLAGS),
-        extra_include_paths=[str(CSRC)],
-        build_directory=str(CACHE / f"row_argmax_sweep-{arch}"),
-    )
-    return tvm_ffi.load_module(library)
+    """``row_argmax_sweep.cu`` built for the device's arch, loaded (:func:`common.build_beside`)."""
+    return build_beside(SOURCE, device_index)
 
 
 def sweep_occupancy(module, logits: torch.Tensor) -> Occupancy:

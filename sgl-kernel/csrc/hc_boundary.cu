@@ -363,12 +363,7 @@ void check_statistics(int64_t m, int device, const TensorView& fn, const TensorV
   }
   if (iters < 1) TVM_FFI_THROW(ValueError) << "iters = " << iters << " must be >= 1";
   check_tensor(fn, "fn", {kMixCols, kK}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(scale, "scale", {3}, {kFloat32}, device, Layout::kContiguous);
-  check_tensor(base, "base", {kMixCols}, {kFloat32}, device, Layout::kContiguous);
-  check_tensor(pre, "pre", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(post, "post", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(comb, "comb", {m, 4, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(mix, "mix", {m, kMixCols}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_statistics_outputs(m, device, scale, base, pre, post, comb, mix);
   check_tensor(part, "part", {m, kSlices, kSumCols}, {kFloat32}, device, Layout::kContiguous);
 }
 

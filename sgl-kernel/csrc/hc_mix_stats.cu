@@ -103,12 +103,7 @@ void hc_mix_stats_fused(TensorView x, TensorView fn, TensorView lo, TensorView s
   const Params p = checked_inputs(x, fn, lo);
   const int device = x.device().device_id;
   const int64_t m = p.m;
-  check_tensor(scale, "scale", {3}, {kFloat32}, device, Layout::kContiguous);
-  check_tensor(base, "base", {kMixCols}, {kFloat32}, device, Layout::kContiguous);
-  check_tensor(pre, "pre", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(post, "post", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(comb, "comb", {m, 4, 4}, {kFloat32}, device, Layout::kContiguous, 16);
-  check_tensor(mix, "mix", {m, kMixCols}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_statistics_outputs(m, device, scale, base, pre, post, comb, mix);
   if (splits < 1 || splits > kMaxClusterSlices) {
     TVM_FFI_THROW(ValueError) << "splits: " << splits << " is not in 1.." << kMaxClusterSlices;
   }

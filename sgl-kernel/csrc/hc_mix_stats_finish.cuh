@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "hc_mix_stats_common.cuh"
+#include "tensor_view.cuh"
 
 namespace {
 
@@ -108,6 +109,21 @@ __device__ __forceinline__ void finish_row(const FinishParams& f, int row, const
   float* comb_row = f.comb + static_cast<int64_t>(row) * 16;
 #pragma unroll
   for (int i = 0; i < 4; ++i) store4(comb_row + 4 * i, c[i][0], c[i][1], c[i][2], c[i][3]);
+}
+
+// The statistics' gate parameters and outputs for m rows on `device` (ValueError naming the
+// first that is off): scale [3], base [24], pre and post [m, 4], comb [m, 4, 4], mix [m, 24],
+// fp32 and contiguous, the outputs 16-byte aligned (finish_row stores float4s).
+inline void check_statistics_outputs(int64_t m, int device, const TensorView& scale,
+                                     const TensorView& base, const TensorView& pre,
+                                     const TensorView& post, const TensorView& comb,
+                                     const TensorView& mix) {
+  check_tensor(scale, "scale", {3}, {kFloat32}, device, Layout::kContiguous);
+  check_tensor(base, "base", {kMixCols}, {kFloat32}, device, Layout::kContiguous);
+  check_tensor(pre, "pre", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(post, "post", {m, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(comb, "comb", {m, 4, 4}, {kFloat32}, device, Layout::kContiguous, 16);
+  check_tensor(mix, "mix", {m, kMixCols}, {kFloat32}, device, Layout::kContiguous, 16);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL) || !defined(__CUDA_ARCH__)  // the fused kernel's only
