@@ -88,13 +88,22 @@ def test_sharded_accept_stays_off_unless_forced(plugin, on_gpu):
     assert hooks.defer_admission(object()).reason == hooks.UNRUN
 
 
+def built_in_date() -> str:
+    """The shipped H200 policy's date (its records' latest), which the notes name."""
+    from dsv41_kernels.sglang_plugin.policy import BUILT_IN_DIR
+
+    return json.loads((BUILT_IN_DIR / "policy-h200-sm_90-132sm-sglang0.5.23.json").read_text())[
+        "date"
+    ]
+
+
 def test_where_policies_are_found(on_gpu, tmp_path, monkeypatch):
     """``DSV41_KERNELS_POLICY`` alone when set; else the user cache (its latest matching file)
     before the built-in policy."""
     policy = on_gpu()
     built_in = policy.for_device(0)
     assert built_in.policy.path.endswith("policy-h200-sm_90-132sm-sglang0.5.23.json")
-    assert "(built-in; NVIDIA H200, 2026-12-04T18:49:42+00:00)" in built_in.note
+    assert f"(built-in; NVIDIA H200, {built_in_date()})" in built_in.note
     cache = tmp_path / "cache"
     cache.mkdir()
     for name, date in (("a.json", "2027-01-02"), ("b.json", "2027-01-01")):
@@ -124,7 +133,7 @@ def test_startup_line_names_the_policy(plugin, on_gpu, monkeypatch):
     on_gpu()
     line = sglang_plugin.report_line({switch: "on" for switch in sglang_plugin.SWITCHES})
     assert f"; policy: {policy.BUILT_IN_DIR}/policy-h200-sm_90-132sm-sglang0.5.23.json" in line
-    assert "(built-in; NVIDIA H200, 2026-12-04T18:49:42+00:00)" in line
+    assert f"(built-in; NVIDIA H200, {built_in_date()})" in line
     on_gpu(machine=GB300)
     line = sglang_plugin.report_line({switch: "on" for switch in sglang_plugin.SWITCHES})
     assert "; policy: none for NVIDIA GB300 sm_103 with SGLang 0.5.23" in line
