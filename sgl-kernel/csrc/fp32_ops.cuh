@@ -13,6 +13,12 @@ __device__ __forceinline__ float add_rn(float a, float b) {
   asm("add.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
 }
+// a * b + c rounded once (fma.rn: subnormals kept whatever -ftz says).
+__device__ __forceinline__ float fma_rn(float a, float b, float c) {
+  float d;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
 __device__ __forceinline__ float div_rn(float a, float b) {
   float d;
   asm("div.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));

@@ -138,10 +138,10 @@ __device__ __forceinline__ uint4 post_vector(const uint4& yv, const uint4 (&rv)[
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const auto value = [half](uint32_t w) { return half ? bf16_hi(w) : bf16_lo(w); };
-      float a = __fmaf_rn(post_c, value(word(yv, i)), mul_rn(comb[c], value(word(rv[0], i))));
+      float a = fma_rn(post_c, value(word(yv, i)), mul_rn(comb[c], value(word(rv[0], i))));
 #pragma unroll
       for (int s = 1; s < kStreamCount; ++s) {
-        a = __fmaf_rn(comb[4 * s + c], value(word(rv[s], i)), a);
+        a = fma_rn(comb[4 * s + c], value(word(rv[s], i)), a);
       }
       acc[half] = a;
     }
@@ -251,7 +251,7 @@ __device__ void project_slice(const BoundaryParams& p, const float* fs, const fl
         const float wk = n < kMixCols ? fs[n * kStride + k] : 0.0f;
 #pragma unroll
         for (int i = 0; i < RT; ++i)
-          acc[i][c] = __fmaf_rn(xk[i], n < kMixCols ? wk : xk[i], acc[i][c]);
+          acc[i][c] = fma_rn(xk[i], n < kMixCols ? wk : xk[i], acc[i][c]);
       }
     }
 #pragma unroll

@@ -70,7 +70,8 @@ def test_hook_is_on_the_call_site_and_declines_off_cuda(
     counts = fired().get(HOOK)
     assert counts is not None and counts["ours"] == 0, counts
     reasons = list(counts["sglang"])
-    assert any("cpu" in reason for reason in reasons), reasons
+    # Off SM90/Blackwell SGLang's post is its torch composition, which rounds another way.
+    assert any("not the split-H fma chain" in reason for reason in reasons), reasons
 
 
 def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
@@ -91,7 +92,7 @@ def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
     norm = layer.post_attention_layernorm
     boundary = mhc.make_boundary(norm, accepts_mxfp8=False, hc=layer.ffn_hc)
     with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False):
-        for stream, reason in ((object(), OVERLAPPED), (None, "cpu")):
+        for stream, reason in ((object(), OVERLAPPED), (None, "not the split-H fma chain")):
             state = mhc.run_attn_post(
                 layer.attn_hc, y, residual, stats_stream=stream, next=boundary, world_size=1,
                 precomputed=triplet,
@@ -100,6 +101,57 @@ def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
             counts = fired()[HOOK]
             assert counts["ours"] == 0 and any(reason in r for r in counts["sglang"]), counts
             dispatch.reset()
+
+
+def test_post_rule_follows_sglangs_dispatch(plugin, monkeypatch):
+    """Ours reproduces SGLang's split-H post: on Blackwell (which takes it first), and on SM90
+    with the TileLang post on and FlashInfer's off (their defaults); not otherwise."""
+    import types
+
+    from sglang.srt.environ import envs
+
+    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+
+    cfg = callers.v41_decoder_layer(torch.Generator().manual_seed(0), "cpu").attn_hc.cfg
+    platform = lambda **kw: types.SimpleNamespace(**{"is_blackwell": False, "is_sm90": False, **kw})
+    monkeypatch.setattr(hook, "get_platform", lambda: platform(is_sm90=True))
+    with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(True):
+        assert hook.sglang_post_is_split_h(cfg)
+        with envs.SGLANG_OPT_USE_FLASHINFER_MHC.override(True):
+            assert not hook.sglang_post_is_split_h(cfg)
+    with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False):
+        assert not hook.sglang_post_is_split_h(cfg)
+        monkeypatch.setattr(hook, "get_platform", lambda: platform(is_blackwell=True))
+        assert hook.sglang_post_is_split_h(cfg)
+    monkeypatch.setattr(hook, "get_platform", lambda: platform())
+    assert not hook.sglang_post_is_split_h(cfg)
+
+
+def test_declines_where_our_statistics_or_combine_would_not_run(plugin, monkeypatch):
+    """The fused boundary produces our hc_mix_stats and hc_combine_norm bits: it declines where
+    either would not run at an unfused seam (switched off, off after an error)."""
+    from dsv41_kernels.sglang_plugin import dispatch
+    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+
+    rows = torch.zeros(6, 4, 8)
+    assert hook.parts_refusal(rows) is None
+    monkeypatch.setenv("DSV41_KERNELS_DISABLE", "hc_combine_norm")
+    assert "hc_combine_norm switched off" in hook.parts_refusal(rows).reason
+    monkeypatch.delenv("DSV41_KERNELS_DISABLE")
+    monkeypatch.setitem(dispatch._failed, "hc_mix_stats._mix_stats_impl", "RuntimeError: x")
+    assert "hc_mix_stats is off after an error" in hook.parts_refusal(rows).reason
+
+
+def test_the_overlap_mark_is_reset_when_the_post_raises(plugin):
+    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+
+    def raising(*args, **kwargs):
+        assert hook._stats_beside_sublayer.get()
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        hook.run_post_hook(raising, stats_stream=object())
+    assert not hook._stats_beside_sublayer.get()
 
 
 @pytest.fixture
@@ -126,6 +178,8 @@ def test_boundary_in_sglangs_chain(gpu_layer, fired, monkeypatch, rows):
     counts = fired()[HOOK]
     assert counts == {"ours": 1, "sglang": {"the seam is closed (last layer or Engram): no next "
                                             "sublayer": 1}}, counts  # fmt: skip
+    # The second post took the fused boundary's statistics: only the first computed its own.
+    assert fired()["hc_mix_stats._mix_stats_impl"] == {"ours": 1, "sglang": {}}
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     # SGLang's own post on the same triplet (ours: our statistics hook made it), bit for bit.

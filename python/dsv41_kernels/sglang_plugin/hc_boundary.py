@@ -19,12 +19,15 @@ back on it: the hook declines there. ``run_attn_post`` and ``run_moe_post`` are 
 say, for the post they run, whether SGLang gave them that stream.
 
 It declines (SGLang's ``_post_fusion`` runs) where SGLang overlaps the statistics (above),
-where the seam is closed (no ``next``) or SGLang fuses it itself (its mega boundary), for a
-norm SGLang calls not fusable, for a consumer that wants a pre-quantized input
-(``HcQuantized``), in batch-invariant mode (the small-row statistics are not
-batch-invariant), with ``hc_mix_stats`` or ``hc_combine_norm`` switched off (their bits are
-the ones this hook produces), or where the op's admission refuses (more than 64 rows, fewer
-than 128 SMs, ...).
+where the seam is closed (no ``next``) or SGLang fuses it itself (its mega boundary), where
+SGLang's post is not the split-H fma chain (``SGLANG_OPT_USE_FLASHINFER_MHC`` on, or the
+TileLang post off, on SM90), for a norm SGLang calls not fusable, for a consumer that wants a
+pre-quantized input (``HcQuantized``), in batch-invariant mode (the small-row statistics are
+not batch-invariant), wherever our ``hc_mix_stats`` or ``hc_combine_norm`` would not run at
+an unfused seam (switched off, not installed, off after an error, or declined by the GPU's
+policy: the fused boundary produces their bits), or where the op's admission refuses (more
+than 64 rows, fewer than 128 SMs, ...). It assumes its 128 CTAs find their SMs: a kernel
+holding SMs on another stream (two-batch overlap) delays the cooperative grid.
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
 ``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows.
@@ -36,8 +39,10 @@ import contextvars
 import os
 
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
+from sglang.srt.environ import envs
 from sglang.srt.models import deepseek_v4_mhc as mhc
 from sglang.srt.plugins.hook_registry import HookType
+from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
@@ -46,8 +51,12 @@ from dsv41_kernels.sglang_plugin.policy import policy_refusal
 from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, switch_names
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
-PARTS = ("hc_mix_stats", "hc_combine_norm")
-"""The switches whose ops' bits the boundary produces: off when either is off."""
+PART_HOOKS = {
+    "hc_mix_stats": "hc_mix_stats._mix_stats_impl",
+    "hc_combine_norm": "hc_combine_norm._combine",
+}
+"""The switches whose ops' bits the boundary produces, and their hooks: off when either is."""
+PARTS = tuple(PART_HOOKS)
 OVERLAPPED = "SGLang runs the statistics on its stats stream beside the sublayer here"
 
 # Whether the post now running was given SGLang's stats stream (set around run_*_post).
@@ -78,13 +87,17 @@ def boundary_admission(hc, y, residual, coefficients, next) -> Admission:
         return refuse("SGLang's own mega boundary is on")
     if is_batch_invariant_mode_enabled():
         return refuse("batch-invariant mode")
-    off = switch_names(os.environ.get(DISABLE_ENV, "")) & {*PARTS, "all"}
-    if off:
-        return refuse(f"{', '.join(sorted(off))} switched off ({DISABLE_ENV})")
     cfg, next_cfg = hc.cfg, next.hc.cfg
     if not (cfg.pre_from_prev and cfg.mult == 4 and next_cfg.mult == 4):
         return refuse("not V4.1's four streams with pre from the previous sublayer")
+    if not sglang_post_is_split_h(cfg):
+        return refuse("SGLang's post here is not the split-H fma chain ours reproduces")
+    parts = parts_refusal(residual)
+    if parts is not None:
+        return parts
     norm = next.norm
+    if norm is not next.hc.norm:
+        return refuse("the boundary's norm is not the next sublayer's")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
     slower = policy_refusal("hc_boundary", y)
@@ -94,6 +107,41 @@ def boundary_admission(hc, y, residual, coefficients, next) -> Admission:
     return hc_boundary_admission(
         y, residual, post, comb, pre, next.hc.fn, next.hc.scale, next.hc.base, norm.weight
     )
+
+
+def sglang_post_is_split_h(cfg) -> bool:
+    """Whether SGLang 0.5.23's ``post`` runs ``mhc_post_split_h`` (or the TileLang post whose
+    order it matches) for V4.1's streams at up to 64 rows, as ``deepseek_v4_mhc.post`` picks:
+    Blackwell first; elsewhere only with the TileLang post on and FlashInfer's off (their
+    defaults), on SM90. Otherwise SGLang rounds another way and ours would change its bits."""
+    v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120
+    platform = get_platform()
+    if platform.is_blackwell:
+        return v41
+    tilelang = envs.SGLANG_OPT_USE_TILELANG_MHC_POST.get()
+    return v41 and platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
+
+
+def parts_refusal(rows) -> Admission | None:
+    """The refusal when our statistics or combine would not be what runs at an unfused seam:
+    switched off, not installed, off after an error, or declined by the GPU's policy (the fused
+    boundary produces their bits, and seams it declines run theirs)."""
+    from dsv41_kernels import sglang_plugin
+
+    off = switch_names(os.environ.get(DISABLE_ENV, "")) & {*PARTS, "all"}
+    if off:
+        return refuse(f"{', '.join(sorted(off))} switched off ({DISABLE_ENV})")
+    installed = sglang_plugin.status()
+    failed = dispatch.failed_hooks()
+    for part, hook in PART_HOOKS.items():
+        if installed is not None and installed.get(part) != "on":
+            return refuse(f"{part} is not installed ({installed.get(part)})")
+        if hook in failed:
+            return refuse(f"{part} is off after an error")
+        slower = policy_refusal(part, rows)
+        if slower is not None:
+            return refuse(f"{part}: {slower.reason}")
+    return None
 
 
 def post_fusion_hook(original, hc, y, residual, coefficients, next):

@@ -219,3 +219,17 @@ def test_gpu_matches_sglang_own_post_kernel():
         y, residual, post, comb = args[:4]
         theirs = split_h.mhc_post_split_h(y, residual, post, comb)
         assert torch.equal(bits(updated), bits(theirs))
+
+
+@pytest.mark.gpu
+def test_gpu_a_rows_statistics_do_not_depend_on_the_batch():
+    """The small-row kernel's sums of a row depend on the row alone: the same bits alone or in
+    a batch, whatever the rows a pass (8, 16 or 32) and the row's position."""
+    x, fn, scale, base = example_inputs(64, H, device="cuda", seed=5)
+    if hc_mix_stats_admission(x, fn).kernel != "small_row/cuda fp32 fused":
+        pytest.skip("the small-row kernel does not run here")
+    whole = hc_mix_stats(x, fn, scale, base)
+    for m in (1, 8, 16, 33):
+        alone = hc_mix_stats(x[-m:].clone(), fn, scale, base)
+        for a, b in zip(alone, whole, strict=True):
+            assert torch.equal(bits(a), bits(b[-m:])), m

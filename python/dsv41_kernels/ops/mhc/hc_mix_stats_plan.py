@@ -266,6 +266,8 @@ def make_plan(
     cuda = projection is not Projection.TRITON
     wgmma = projection is Projection.CUDA_WGMMA
     rows = projection is Projection.CUDA_FP32
+    if rows and path is not Path.SMALL_ROW:
+        raise ValueError(f"the small-row kernel runs the small-row path only, not {path.value}")
     check_config(config, cuda=cuda, wgmma=wgmma, rows=rows)
     if numerics is None:
         numerics = Numerics.COMPENSATED
