@@ -13,7 +13,11 @@ from dsv41_kernels.cases.hc_mix_stats import example_inputs, mix_relative_error
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
-from dsv41_kernels.ops.mhc.hc_mix_stats_plan import rows_kernel_fits, rows_kernel_tile
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    ROWS_KERNEL_SLICES,
+    rows_kernel_fits,
+    rows_kernel_tile,
+)
 from dsv41_kernels.reference.hc_boundary import fma_fp32, sglang_post
 from dsv41_kernels.reference.hc_boundary import hc_boundary as ref_boundary
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
@@ -152,19 +156,33 @@ def test_kernel_admission_on_a_pretend_h200(monkeypatch):
 GPU_ROWS = (1, 2, 3, 5, 6, 7, 8, 9, 12, 16, 17, 24, 31, 32, 33, 48, 63, 64)
 
 
-def _kernel_or_skip(args):
+def _rows_kernel_gpu() -> bool:
+    """A GPU the small-row kernel is for: sm_90+ with at least 128 SMs (the H200)."""
+    if not torch.cuda.is_available():
+        return False
+    props = torch.cuda.get_device_properties(0)
+    return props.major >= 9 and props.multi_processor_count >= ROWS_KERNEL_SLICES
+
+
+needs_rows_kernel = pytest.mark.skipif(
+    not _rows_kernel_gpu(), reason="the small-row kernel needs sm_90+ with 128+ SMs"
+)
+
+
+def _admitted(args):
+    """The kernel's admission, asserted: on such a GPU these arguments must take it."""
     admission = hc_boundary_admission(*args)
-    if not admission:
-        pytest.skip(f"hc_boundary's kernel does not run here: {admission.reason}")
+    assert admission, admission.reason
     return admission
 
 
 @pytest.mark.gpu
+@needs_rows_kernel
 @pytest.mark.parametrize("m", GPU_ROWS)
 def test_gpu_fused_equals_unfused_bit_for_bit(m):
     for seed in range(12):
         args = boundary_inputs(m, seed=1000 * m + seed, device="cuda", special=seed % 3 == 2)
-        admission = _kernel_or_skip(args)
+        admission = _admitted(args)
         updated, normed, stats = hc_boundary(*args, admission=admission)
         y, residual, post, comb, pre, fn, scale, base, weight = args
         assert torch.equal(bits(updated), bits(sglang_post(y, residual, post, comb)))
@@ -176,11 +194,12 @@ def test_gpu_fused_equals_unfused_bit_for_bit(m):
 
 
 @pytest.mark.gpu
+@needs_rows_kernel
 @pytest.mark.parametrize("m", (1, 6, 31, 64))
 def test_gpu_statistics_against_float64(m):
     """The fp32 projection's error against float64, and the norm within one bf16 ulp."""
     args = boundary_inputs(m, seed=7 + m, device="cuda")
-    _kernel_or_skip(args)
+    _admitted(args)
     updated, normed, _ = hc_boundary(*args)
     flat = updated.flatten(1)
     fn, scale, base = args[5], args[6], args[7]
@@ -193,9 +212,10 @@ def test_gpu_statistics_against_float64(m):
 
 
 @pytest.mark.gpu
+@needs_rows_kernel
 def test_gpu_graph_replay_and_repeat_are_identical():
     args = boundary_inputs(6, seed=3, device="cuda")
-    _kernel_or_skip(args)
+    _admitted(args)
     first = hc_boundary(*args)
     out = {}
     graph = torch.cuda.CUDAGraph()
@@ -210,11 +230,12 @@ def test_gpu_graph_replay_and_repeat_are_identical():
 
 
 @pytest.mark.gpu
+@needs_rows_kernel
 def test_gpu_matches_sglang_own_post_kernel():
     split_h = pytest.importorskip("sglang.kernels.ops.layernorm.mhc_post_split_h")
     for m in (1, 6, 48, 64):
         args = boundary_inputs(m, seed=50 + m, device="cuda", special=True)
-        _kernel_or_skip(args)
+        _admitted(args)
         updated, _, _ = hc_boundary(*args)
         y, residual, post, comb = args[:4]
         theirs = split_h.mhc_post_split_h(y, residual, post, comb)
@@ -222,12 +243,12 @@ def test_gpu_matches_sglang_own_post_kernel():
 
 
 @pytest.mark.gpu
+@needs_rows_kernel
 def test_gpu_a_rows_statistics_do_not_depend_on_the_batch():
     """The small-row kernel's sums of a row depend on the row alone: the same bits alone or in
     a batch, whatever the rows a pass (8, 16 or 32) and the row's position."""
     x, fn, scale, base = example_inputs(64, H, device="cuda", seed=5)
-    if hc_mix_stats_admission(x, fn).kernel != "small_row/cuda fp32 fused":
-        pytest.skip("the small-row kernel does not run here")
+    assert hc_mix_stats_admission(x, fn).kernel == "small_row/cuda fp32 fused"
     whole = hc_mix_stats(x, fn, scale, base)
     for m in (1, 8, 16, 33):
         alone = hc_mix_stats(x[-m:].clone(), fn, scale, base)
