@@ -29,6 +29,7 @@ import torch
 from common import build_beside, parser, record, report, timed
 
 from dsv41_kernels.calibration import callers
+from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
@@ -82,10 +83,7 @@ def measure(m: int, device, layer) -> list[dict]:
         return hc_boundary(y, residual, post, comb, pre, fn, scale, base, weight, norm_eps=EPS)
 
     a, b = fused(), unfused()
-    flat = lambda out: [out[0], out[1], *out[2]]
-    exact = all(torch.equal(p.view(torch.int16 if p.element_size() == 2 else torch.int32),
-                            q.view(torch.int16 if q.element_size() == 2 else torch.int32))
-                for p, q in zip(flat(a), flat(b), strict=True))  # fmt: skip
+    exact = bit_mismatches((a[0], a[1], *a[2]), (b[0], b[1], *b[2])) == 0
     kernel = hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight).kernel
     run, why = sglang_steps(layer, y, residual, post, comb, pre)
     sglang = record("hc_boundary", shape, "sglang-0.5.23", None, error=why)

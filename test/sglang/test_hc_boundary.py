@@ -11,6 +11,7 @@ import contextlib
 import pytest
 import torch
 
+from dsv41_kernels.cases.common import bit_mismatches
 from test.sglang import callers
 
 HOOK = "hc_boundary._post_fusion"
@@ -161,10 +162,6 @@ def gpu_layer(plugin):
     return callers.v41_decoder_layer(torch.Generator().manual_seed(1), "cuda")
 
 
-def bits(t):
-    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [1, 6, 24, 48, 64])
 def test_boundary_in_sglangs_chain(gpu_layer, fired, monkeypatch, rows):
@@ -189,16 +186,16 @@ def test_boundary_in_sglangs_chain(gpu_layer, fired, monkeypatch, rows):
     )
     if why is not None:
         pytest.skip(f"SGLang's own post does not run here ({why})")
-    assert torch.equal(bits(updated), bits(theirs))
+    assert bit_mismatches(updated, theirs) == 0
     ffn = gpu_layer.ffn_hc
     flat = updated.flatten(1)
     for a, b in zip(stats, hc_mix_stats(flat, ffn.fn, ffn.scale, ffn.base), strict=True):
-        assert torch.equal(bits(a), bits(b))
+        assert bit_mismatches(a, b) == 0
     ref = reference(updated, ffn.fn, ffn.scale, ffn.base, iters=20, eps=1e-6, rms_eps=1e-6)
     for a, b in zip(stats, ref, strict=True):
         assert (a.double() - b).abs().max() < 1e-5
     weight, eps = ffn.norm.weight, ffn.norm.variance_epsilon
-    assert torch.equal(bits(x), bits(hc_combine_norm(flat, attn_pre, weight, eps)))
+    assert bit_mismatches(x, hc_combine_norm(flat, attn_pre, weight, eps)) == 0
     ref_x = callers.combine_norm_float64(updated, attn_pre, weight, eps)
     assert callers.bf16_ulp_error(x, ref_x) <= 1
     assert out.shape == residual.shape

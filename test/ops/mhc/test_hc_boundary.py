@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.cases.hc_mix_stats import example_inputs, mix_relative_error
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
@@ -47,10 +48,6 @@ def boundary_inputs(m: int, *, seed: int, hidden: int = H, device="cpu", special
     weight = (1 + 0.1 * torch.randn(hidden, generator=gen)).bfloat16()
     tensors = (y.bfloat16(), residual.bfloat16(), post, comb, pre, fn, scale, base, weight)
     return tuple(t.to(device) for t in tensors)
-
-
-def bits(t):
-    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
 
 
 def fp32_neighbours_nearest(v: fractions.Fraction) -> float:
@@ -93,13 +90,13 @@ def test_fallback_is_the_three_ops_unfused():
     args = boundary_inputs(6, seed=1, hidden=64)
     updated, normed, stats = hc_boundary(*args)
     y, residual, post, comb, pre, fn, scale, base, weight = args
-    assert torch.equal(bits(updated), bits(sglang_post(y, residual, post, comb)))
+    assert bit_mismatches(updated, sglang_post(y, residual, post, comb)) == 0
     flat = updated.flatten(1)
     for a, b in zip(stats, hc_mix_stats(flat, fn, scale, base), strict=True):
-        assert torch.equal(bits(a), bits(b))
-    assert torch.equal(bits(normed), bits(hc_combine_norm(flat, pre, weight, 1e-6)))
+        assert bit_mismatches(a, b) == 0
+    assert bit_mismatches(normed, hc_combine_norm(flat, pre, weight, 1e-6)) == 0
     ref_updated, ref_normed, ref_stats = ref_boundary(*args)
-    assert torch.equal(bits(updated), bits(ref_updated))
+    assert bit_mismatches(updated, ref_updated) == 0
     assert (normed.double() - ref_normed).abs().max() < 0.05
 
 
@@ -185,12 +182,12 @@ def test_gpu_fused_equals_unfused_bit_for_bit(m):
         admission = _admitted(args)
         updated, normed, stats = hc_boundary(*args, admission=admission)
         y, residual, post, comb, pre, fn, scale, base, weight = args
-        assert torch.equal(bits(updated), bits(sglang_post(y, residual, post, comb)))
+        assert bit_mismatches(updated, sglang_post(y, residual, post, comb)) == 0
         flat = updated.flatten(1)
         assert hc_mix_stats_admission(flat, fn).kernel == "small_row/cuda fp32 fused"
         for a, b in zip(stats, hc_mix_stats(flat, fn, scale, base), strict=True):
-            assert torch.equal(bits(a), bits(b))
-        assert torch.equal(bits(normed), bits(hc_combine_norm(flat, pre, weight, 1e-6)))
+            assert bit_mismatches(a, b) == 0
+        assert bit_mismatches(normed, hc_combine_norm(flat, pre, weight, 1e-6)) == 0
 
 
 @pytest.mark.gpu
@@ -226,7 +223,7 @@ def test_gpu_graph_replay_and_repeat_are_identical():
         graph.replay()
     torch.cuda.synchronize()
     for a, b in zip((first[0], first[1], *first[2]), (out["v"][0], out["v"][1], *out["v"][2])):
-        assert torch.equal(bits(a), bits(b))
+        assert bit_mismatches(a, b) == 0
 
 
 @pytest.mark.gpu
@@ -239,7 +236,7 @@ def test_gpu_matches_sglang_own_post_kernel():
         updated, _, _ = hc_boundary(*args)
         y, residual, post, comb = args[:4]
         theirs = split_h.mhc_post_split_h(y, residual, post, comb)
-        assert torch.equal(bits(updated), bits(theirs))
+        assert bit_mismatches(updated, theirs) == 0
 
 
 @pytest.mark.gpu
@@ -253,4 +250,4 @@ def test_gpu_a_rows_statistics_do_not_depend_on_the_batch():
     for m in (1, 8, 16, 33):
         alone = hc_mix_stats(x[-m:].clone(), fn, scale, base)
         for a, b in zip(alone, whole, strict=True):
-            assert torch.equal(bits(a), bits(b[-m:])), m
+            assert bit_mismatches(a, b[-m:]) == 0, m
