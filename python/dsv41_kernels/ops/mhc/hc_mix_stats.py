@@ -81,10 +81,10 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
     Numerics,
     Path,
     Projection,
-    cuda_kernel_fits,
     default_plan,
     projection_for,
     rows_kernel_fits,
+    rows_kernel_shape,
 )
 from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT, hc_gates, hc_mix
 
@@ -152,8 +152,8 @@ def _path(x2d: torch.Tensor, fn: torch.Tensor, mode: str) -> tuple[Path, str]:
         return Path.COMPENSATED, f"{rows} rows >= {COMPENSATED_MIN_ROWS}"
     if rows_kernel_fits(x2d, fn):
         return Path.SMALL_ROW, f"{rows} rows <= {ROWS_KERNEL_MAX_ROWS}"
-    # Past the small-row kernel's rows on a GPU that has it (its first row fits), compensated.
-    if rows > ROWS_KERNEL_MAX_ROWS and cuda_kernel_fits(x2d, fn) and rows_kernel_fits(x2d[:1], fn):
+    # Past the small-row kernel's rows, on a GPU and layout it serves: compensated.
+    if rows > ROWS_KERNEL_MAX_ROWS and rows_kernel_shape(x2d, fn):
         return Path.COMPENSATED, f"{rows} rows > {ROWS_KERNEL_MAX_ROWS}, the small-row kernel's"
     return Path.SMALL_ROW, f"{rows} rows < {COMPENSATED_MIN_ROWS}"
 

@@ -150,18 +150,23 @@ def cuda_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
     )
 
 
-def rows_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
-    """The small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``) takes ``x2d``: bf16 ``[m,
-    20480]`` with 1-64 rows, 16-byte aligned unit-stride rows that do not overlap, ``fn``
-    contiguous and 16-byte aligned, on sm_90+ with at least :data:`ROWS_KERNEL_SLICES` SMs."""
+def rows_kernel_shape(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
+    """The small-row kernel's layout and GPU, whatever the row count: bf16 ``[*, 20480]`` with
+    16-byte aligned unit-stride rows that do not overlap, ``fn`` contiguous and 16-byte
+    aligned, on sm_90+ with at least :data:`ROWS_KERNEL_SLICES` SMs."""
     return (
         x2d.is_cuda
-        and 1 <= x2d.shape[0] <= ROWS_KERNEL_MAX_ROWS
         and x2d.shape[1] == ROWS_KERNEL_K
         and cuda_kernel_fits(x2d, fn)
         and sm_major(cuda_index(x2d.device)) >= 9
         and multiprocessors(cuda_index(x2d.device)) >= ROWS_KERNEL_SLICES
     )
+
+
+def rows_kernel_fits(x2d: torch.Tensor, fn: torch.Tensor) -> bool:
+    """The small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``) takes ``x2d``: its shape
+    (:func:`rows_kernel_shape`) with 1-64 rows."""
+    return 1 <= x2d.shape[0] <= ROWS_KERNEL_MAX_ROWS and rows_kernel_shape(x2d, fn)
 
 
 def rows_kernel_tile(m: int) -> int:
