@@ -131,14 +131,17 @@ def test_post_rule_follows_sglangs_dispatch(plugin, monkeypatch):
 def test_declines_where_our_statistics_or_combine_would_not_run(plugin, monkeypatch):
     """The fused boundary produces our hc_mix_stats and hc_combine_norm bits: it declines where
     either would not run at an unfused seam (switched off, off after an error)."""
+    import dsv41_kernels.sglang_plugin as plugin_module
     from dsv41_kernels.sglang_plugin import dispatch
     from dsv41_kernels.sglang_plugin import hc_boundary as hook
 
     rows = torch.zeros(6, 4, 8)
     assert hook.parts_refusal(rows) is None
-    monkeypatch.setenv("DSV41_KERNELS_DISABLE", "hc_combine_norm")
+    installed = plugin_module.status()
+    off = {**installed, "hc_combine_norm": "off (DSV41_KERNELS_DISABLE)"}
+    monkeypatch.setattr(plugin_module, "_registered", off)  # as install() leaves it then
     assert "hc_combine_norm switched off" in hook.parts_refusal(rows).reason
-    monkeypatch.delenv("DSV41_KERNELS_DISABLE")
+    monkeypatch.setattr(plugin_module, "_registered", installed)
     monkeypatch.setitem(dispatch._failed, "hc_mix_stats._mix_stats_impl", "RuntimeError: x")
     assert "hc_mix_stats is off after an error" in hook.parts_refusal(rows).reason
 

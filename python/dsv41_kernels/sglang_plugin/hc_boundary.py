@@ -36,7 +36,6 @@ Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` ar
 from __future__ import annotations
 
 import contextvars
-import os
 
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
 from sglang.srt.environ import envs
@@ -48,7 +47,6 @@ from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.sglang_plugin import dispatch
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
-from dsv41_kernels.sglang_plugin.switches import DISABLE_ENV, switch_names
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
 PART_HOOKS = {
@@ -56,7 +54,6 @@ PART_HOOKS = {
     "hc_combine_norm": "hc_combine_norm._combine",
 }
 """The switches whose ops' bits the boundary produces, and their hooks: off when either is."""
-PARTS = tuple(PART_HOOKS)
 OVERLAPPED = "SGLang runs the statistics on its stats stream beside the sublayer here"
 
 # Whether the post now running was given SGLang's stats stream (set around run_*_post).
@@ -128,14 +125,12 @@ def parts_refusal(rows) -> Admission | None:
     boundary produces their bits, and seams it declines run theirs)."""
     from dsv41_kernels import sglang_plugin
 
-    off = switch_names(os.environ.get(DISABLE_ENV, "")) & {*PARTS, "all"}
-    if off:
-        return refuse(f"{', '.join(sorted(off))} switched off ({DISABLE_ENV})")
-    installed = sglang_plugin.status()
+    installed = sglang_plugin.status()  # None: installed by hand, every site taken as on
     failed = dispatch.failed_hooks()
     for part, hook in PART_HOOKS.items():
-        if installed is not None and installed.get(part) != "on":
-            return refuse(f"{part} is not installed ({installed.get(part)})")
+        state = "on" if installed is None else installed.get(part, "off (not registered)")
+        if state != "on":
+            return refuse(f"{part} switched {state}")
         if hook in failed:
             return refuse(f"{part} is off after an error")
         slower = policy_refusal(part, rows)
