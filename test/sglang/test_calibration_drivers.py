@@ -60,3 +60,12 @@ def test_the_smallest_case_runs_in_both_arms(plugin, site):
     assert any(counts["ours"] for counts in dispatch.fire_counts().values())
     us, why = arms[drivers.SGLANG_ARM]
     assert (us, why) == (0.0, None) or (us is None and why), arms
+
+
+def test_the_boundary_states_one_ranks_layout(sglang):
+    """Past 64 rows SGLang's post asks the parallel layout whether prefill context parallelism
+    interleaves; the boundary's call answers it as one rank does, with no server published."""
+    from sglang.srt.layers.attention.dsa.utils import is_dsa_prefill_cp_interleave
+
+    with drivers.one_rank_layout():
+        assert is_dsa_prefill_cp_interleave() is False

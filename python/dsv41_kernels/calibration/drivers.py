@@ -146,7 +146,11 @@ def boundary_cases(device) -> list[Case]:
     its norm), then the consumer's ``combine``, on random bf16 ``[rows, 4, 5120]`` residuals.
     SGLang's arm computes the triplet inside the post (its statistics), then the post and the
     combine; ours takes the statistics the previous call's fused boundary left as precomputed,
-    as it does in a forward, and runs the boundary in one launch."""
+    as it does in a forward, and runs the boundary in one launch.
+
+    The call runs with one rank's parallel layout stated (no context parallelism): past 64
+    rows SGLang's post asks whether prefill context parallelism interleaves, which a server
+    has published and a lone process has not."""
     layer = functools.cache(
         lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     )
@@ -165,12 +169,13 @@ def boundary_cases(device) -> list[Case]:
         carried = {"stats": None}
 
         def run():
-            state = mhc.run_attn_post(
-                v41.attn_hc, y, residual, stats_stream=None, next=boundary, world_size=1,
-                precomputed=carried["stats"],
-            )  # fmt: skip
-            carried["stats"] = state.stats
-            return mhc.combine(v41.ffn_hc, state)
+            with one_rank_layout():
+                state = mhc.run_attn_post(
+                    v41.attn_hc, y, residual, stats_stream=None, next=boundary,
+                    world_size=1, precomputed=carried["stats"],
+                )  # fmt: skip
+                carried["stats"] = state.stats
+                return mhc.combine(v41.ffn_hc, state)
 
         return run
 
@@ -178,6 +183,14 @@ def boundary_cases(device) -> list[Case]:
     return [
         Case("hc_boundary", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS
     ]
+
+
+def one_rank_layout():
+    """SGLang's parallel layout of a single rank without context parallelism, for the call
+    inside (a scoped override of its runtime context; a published layout reads the same)."""
+    from sglang.srt.runtime_context import get_parallel
+
+    return get_parallel().override(attn_cp_size=1)
 
 
 def router_cases(device) -> list[Case]:
