@@ -75,9 +75,12 @@ def test_hook_is_on_the_call_site_and_declines_off_cuda(
     assert any("not the split-H fma chain" in reason for reason in reasons), reasons
 
 
-def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
+@pytest.mark.parametrize("post_name", ["run_attn_post", "run_moe_post"])
+def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired, post_name):
     """Given SGLang's stats stream (a decode-like step), the statistics run beside the sublayer
-    in SGLang: the fused boundary declines and says so; SGLang's post runs."""
+    in SGLang: the fused boundary declines and says so; SGLang's post runs. Both posts that
+    reach ``_post_fusion`` report their stream (the MoE one with an already reduced output,
+    as its caller passes it off the collective kernels)."""
     from sglang.srt.environ import envs
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
@@ -94,7 +97,7 @@ def test_hook_declines_where_sglang_overlaps_the_statistics(cpu_layer, fired):
     boundary = mhc.make_boundary(norm, accepts_mxfp8=False, hc=layer.ffn_hc)
     with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False):
         for stream, reason in ((object(), OVERLAPPED), (None, "not the split-H fma chain")):
-            state = mhc.run_attn_post(
+            state = getattr(mhc, post_name)(
                 layer.attn_hc, y, residual, stats_stream=stream, next=boundary, world_size=1,
                 precomputed=triplet,
             )  # fmt: skip
