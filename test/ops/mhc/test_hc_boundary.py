@@ -251,3 +251,31 @@ def test_gpu_a_rows_statistics_do_not_depend_on_the_batch():
         alone = hc_mix_stats(x[-m:].clone(), fn, scale, base)
         for a, b in zip(alone, whole, strict=True):
             assert bit_mismatches(a, b[-m:]) == 0, m
+
+
+@pytest.mark.gpu
+@needs_rows_kernel
+@pytest.mark.parametrize("m", (2, 6, 64))
+def test_gpu_nonfinite_values_stay_in_their_row(m):
+    """+-Inf and NaN in row 0's y and residual: ``updated`` is SGLang's post kernel's bits (NaN
+    payloads included: both round with cvt.rn), the statistics and the normed rows are our
+    unfused ops' on it, and every other row keeps the bits it has when row 0 is finite."""
+    split_h = pytest.importorskip("sglang.kernels.ops.layernorm.mhc_post_split_h")
+    args = boundary_inputs(m, seed=80 + m, device="cuda")
+    _admitted(args)
+    clean = hc_boundary(*args)
+    y, residual = args[0].clone(), args[1].clone()
+    bad = torch.tensor([float("inf"), float("-inf"), float("nan")], device="cuda")
+    y[0, 7:10] = bad.bfloat16()
+    residual[0, 2, 4000:4003] = bad.bfloat16()
+    args = (y, residual, *args[2:])
+    updated, normed, stats = hc_boundary(*args)
+    post, comb, pre, fn, scale, base, weight = args[2:]
+    assert bit_mismatches(updated, split_h.mhc_post_split_h(y, residual, post, comb)) == 0
+    flat = updated.flatten(1)
+    assert bit_mismatches(stats, hc_mix_stats(flat, fn, scale, base)) == 0
+    assert bit_mismatches(normed, hc_combine_norm(flat, pre, weight, 1e-6)) == 0
+    assert updated[0].isnan().any()
+    ours = (updated, normed, *stats)
+    for a, b in zip(ours, (clean[0], clean[1], *clean[2]), strict=True):
+        assert bit_mismatches(a[1:], b[1:]) == 0
