@@ -46,6 +46,8 @@ _EXPORTS = {
     "hc_mix_stats": "dsv41_kernels.ops.mhc.hc_mix_stats",
     "hc_mix_stats_admission": "dsv41_kernels.ops.mhc.hc_mix_stats",
     "hc_boundary": "dsv41_kernels.ops.mhc.hc_boundary",
+    "accept_greedy_epilogue": "dsv41_kernels.ops.speculative.accept_greedy_epilogue",
+    "accept_greedy_epilogue_admission": "dsv41_kernels.ops.speculative.accept_greedy_epilogue",
     "hc_boundary_admission": "dsv41_kernels.ops.mhc.hc_boundary",
 }
 

@@ -15,6 +15,7 @@ import torch
 
 from dsv41_kernels.cases import (
     accept_greedy,
+    accept_greedy_epilogue,
     decoding_sched_meta,
     hc_combine_norm,
     hc_mix_stats,
@@ -32,6 +33,7 @@ from dsv41_kernels.timing import graph_time_us
 CASE_MODULES = (
     row_argmax,
     accept_greedy,
+    accept_greedy_epilogue,
     sharded_row_argmax,
     decoding_sched_meta,
     mxfp8_quantize,

@@ -18,6 +18,11 @@
 // accept's critical path; no fences; the kernels stay reentrant on a stream and CUDA-graph
 // safe.
 //
+// With a tail (the static verify epilogue, accept_greedy_epilogue.py) the same arrival also
+// writes commit = correct + 1, the new sequence length, the request's n output tokens (lane k:
+// the bonus at k == correct, else the draft candidates[b, k + 1], else 0) and the gated commit
+// length; its inputs are read by every leader alongside its ticket add, as the slots are.
+//
 // In the unnamed namespace, as every symbol of the one translation unit that includes it
 // (row_argmax.cu, or the benchmark's sweep module).
 #pragma once
@@ -30,6 +35,20 @@ namespace {
 
 constexpr int kMaxDraft = 16;  // rows a request: 16 match bits and slots
 
+// The static verify epilogue's tensors; commit null: the accept alone.
+struct AcceptTail {
+  const void* seq_lens;  // [bs] int32 or int64: the prefix lengths
+  bool seq_64;
+  const void* verify_lens;  // [bs] int32 or int64, with gated
+  bool verify_64;
+  const int32_t* gate;  // [1], with gated
+  int32_t* commit;      // [bs]
+  void* new_seq;        // [bs], seq_lens' type
+  int64_t* tokens;      // [bs, n], rows tokens_stride apart
+  int64_t tokens_stride;
+  int32_t* gated;  // [bs] min(commit, int32(verify)) * gate, or null
+};
+
 struct AcceptParams {
   const void* candidates;  // [bs, n] int32 or int64, last-dim stride 1
   int64_t candidate_stride;
@@ -39,9 +58,11 @@ struct AcceptParams {
   int n;
   unsigned long long* slots;    // [bs, 16] workspace: generation << 32 | argmax of row k
   unsigned long long* tickets;  // [bs] workspace: generation << 32 | count << 16 | match bits
-  int32_t* correct;
+  int32_t* correct;             // or null, and correct_64
+  int64_t* correct_64;          // the length widened, as the epilogue's buffer holds it
   int64_t* bonus;
   int32_t* trim;
+  AcceptTail tail;
 };
 
 // What a row's leader reads while its logits load.
@@ -97,6 +118,53 @@ __device__ __forceinline__ RowRequest begin_accept(const AcceptParams& a, int ro
   return q;
 }
 
+// The tail's inputs, one a lane of every leader's warp 0 as its ticket add is in flight: lane j
+// < n - 1 the draft candidates[b, j + 1]; lanes 16, 17, 18 the prefix length, the verify
+// length and the gate (write_tail gathers them).
+__device__ __forceinline__ int64_t read_tail_input(const AcceptParams& a, int b, int lane) {
+  const AcceptTail& t = a.tail;
+  if (lane < a.n - 1) {
+    return load_index(a.candidates, a.candidates_64, b * a.candidate_stride + lane + 1);
+  }
+  if (lane == 16) return load_index(t.seq_lens, t.seq_64, b);
+  if (t.gated == nullptr) return 0;
+  if (lane == 17) return load_index(t.verify_lens, t.verify_64, b);
+  if (lane == 18) return __ldg(t.gate);
+  return 0;
+}
+
+// The tail of request b, by the last arrival's whole warp 0 (SGLang 0.5.23's FinalizeAcceptLens,
+// BuildOutTokens, the static buffers' copies and the gate): every lane has `correct` (capped),
+// the bonus token and its read_tail_input.
+__device__ __forceinline__ void write_tail(const AcceptParams& a, int b, int correct, int64_t bonus,
+                                           int64_t input) {
+  const AcceptTail& t = a.tail;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int64_t seq = __shfl_sync(0xFFFFFFFFu, input, 16);
+  const int64_t verify = __shfl_sync(0xFFFFFFFFu, input, 17);
+  const int64_t gate = __shfl_sync(0xFFFFFFFFu, input, 18);
+  if (lane < a.n) {
+    t.tokens[b * t.tokens_stride + lane] = lane == correct ? bonus : lane < a.n - 1 ? input : 0;
+  }
+  if (lane != 0) return;
+  const int32_t commit = correct + 1;
+  t.commit[b] = commit;
+  if (t.seq_64) {
+    static_cast<int64_t*>(t.new_seq)[b] =
+        static_cast<int64_t>(static_cast<uint64_t>(seq) + static_cast<uint64_t>(commit));
+  } else {  // both wrap as torch's integer sums do
+    static_cast<int32_t*>(t.new_seq)[b] =
+        static_cast<int32_t>(static_cast<uint32_t>(seq) + static_cast<uint32_t>(commit));
+  }
+  if (t.gated != nullptr) {
+    // torch's .to(int32) keeps the low 32 bits; the product wraps as torch's int32 one does.
+    const int32_t limit = static_cast<int32_t>(static_cast<uint32_t>(verify));
+    const uint32_t product =
+        static_cast<uint32_t>(min(commit, limit)) * static_cast<uint32_t>(gate);
+    t.gated[b] = static_cast<int32_t>(product);
+  }
+}
+
 // Called by the whole of the leader's warp 0 of row `row`, every lane with the row's argmax
 // and request (see the accept notes above). Lane j < 16 reads slot j while lane 0's ticket add
 // is in flight, so the last arrival usually has the bonus row's slot when the add returns; a
@@ -118,6 +186,9 @@ __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const
                  : "memory");
   }
   const unsigned long long early = lane < kMaxDraft ? load_relaxed(slots + lane) : 0ull;
+  const bool tail = a.tail.commit != nullptr;
+  int64_t tail_input = 0;
+  if (tail) tail_input = read_tail_input(a, b, lane);
   seen = __shfl_sync(0xFFFFFFFFu, seen, 0) + add;
   if (static_cast<int>((seen >> kCountShift) & 0xFFu) != a.n) return;
   const uint32_t matches = static_cast<uint32_t>(seen) & 0xFFFFu;
@@ -126,15 +197,25 @@ __device__ void accept_row(const AcceptParams& a, int row, int64_t argmax, const
   // SGLang reads the bonus with Python indexing: a negative index wraps.
   const int take = min(max(capped < 0 ? capped + a.n : capped, 0), a.n - 1);
   unsigned long long bonus = __shfl_sync(0xFFFFFFFFu, early, take);
-  if (lane != 0) return;
-  // This row's own slot was stored by lane 0, which another lane's read may have missed.
-  if (take == k) bonus = tag | static_cast<uint32_t>(argmax);
-  while ((bonus & 0xFFFFFFFF00000000ull) != tag) bonus = load_relaxed(slots + take);
-  a.correct[b] = capped;
-  a.trim[b] = correct - capped;
-  a.bonus[b] = static_cast<int64_t>(static_cast<uint32_t>(bonus));
-  const unsigned long long next = (q.generation + 1u) % kGenerations;
-  store_relaxed(a.tickets + b, next << kGenerationShift);
+  if (lane != 0 && !tail) return;
+  if (lane == 0) {
+    // This row's own slot was stored by lane 0, which another lane's read may have missed.
+    if (take == k) bonus = tag | static_cast<uint32_t>(argmax);
+    while ((bonus & 0xFFFFFFFF00000000ull) != tag) bonus = load_relaxed(slots + take);
+    if (a.correct_64 != nullptr) {
+      a.correct_64[b] = capped;
+    } else {
+      a.correct[b] = capped;
+    }
+    a.trim[b] = correct - capped;
+    a.bonus[b] = static_cast<int64_t>(static_cast<uint32_t>(bonus));
+    const unsigned long long next = (q.generation + 1u) % kGenerations;
+    store_relaxed(a.tickets + b, next << kGenerationShift);
+  }
+  if (tail) {  // the whole warp: lane 0's bonus reaches the others here
+    const int64_t token = static_cast<uint32_t>(__shfl_sync(0xFFFFFFFFu, bonus, 0));
+    write_tail(a, b, capped, token, tail_input);
+  }
 }
 
 }  // namespace

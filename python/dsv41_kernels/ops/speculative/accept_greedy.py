@@ -23,7 +23,7 @@ Every int32/int64 verify length is taken exactly, on every path (:data:`VERIFY_L
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -120,7 +120,8 @@ def _validate(candidates, logits, cutoff_verify_lens, out) -> None:
     validate_accept_arguments(candidates, logits.shape[0], cutoff_verify_lens, out, logits.device)
 
 
-def _plan(candidates, logits, cutoff_verify_lens) -> Admission:
+def plan_accept(candidates, logits, cutoff_verify_lens) -> Admission:
+    """The accept kernels' admission of validated arguments: the argmax's plan for them."""
     bs, n = candidates.shape
     argmax = admit_logits(logits, accept=True, cuda=n <= CLUSTER_MAX_DRAFT_ROWS)
     if not argmax:
@@ -144,7 +145,7 @@ def accept_greedy_admission(
         _validate(candidates, logits, cutoff_verify_lens, out)
     except ValueError as e:
         return invalid(e)
-    return _plan(candidates, logits, cutoff_verify_lens)
+    return plan_accept(candidates, logits, cutoff_verify_lens)
 
 
 @triton.jit
@@ -162,7 +163,8 @@ def apply_accept_rule(
     N_BLOCK: tl.constexpr,
     HAS_CUTOFF: tl.constexpr,
 ):
-    """The accept rule over every request's predictions, stored into the three outputs."""
+    """The accept rule over every request's predictions, stored into the three outputs (each
+    value converted to its output's type); returns the capped lengths and the bonuses."""
     b = tl.arange(0, BS_BLOCK)[:, None]
     k = tl.arange(0, N_BLOCK)[None, :]
     # candidates[b, k + 1] must equal predict[b, k]; position n - 1 always stops.
@@ -183,6 +185,45 @@ def apply_accept_rule(
     take = tl.where(capped < 0, capped + n, capped)
     bonus = tl.sum(tl.where(k == take[:, None], predict, 0), axis=1)
     tl.store(bonus_ptr + req, bonus, mask=live)
+    return capped, bonus
+
+
+@triton.jit
+def store_accept_tail(
+    capped,  # int32 [BS_BLOCK]: the accepted lengths
+    bonus,  # int64 [BS_BLOCK]
+    cand_ptr,
+    cand_stride,
+    seq_ptr,  # prefix lengths [bs]
+    verify_ptr,  # verify lengths [bs] (GATED)
+    gate_ptr,  # int32 [1] (GATED)
+    commit_ptr,  # int32 [bs]
+    new_seq_ptr,  # [bs], seq_ptr's type
+    tokens_ptr,  # int64 [bs, n]
+    tokens_stride,
+    gated_ptr,  # int32 [bs] (GATED)
+    bs,
+    n,
+    BS_BLOCK: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    GATED: tl.constexpr,
+):
+    """The static verify epilogue's outputs from the accept's (``accept_greedy_epilogue``)."""
+    b = tl.arange(0, BS_BLOCK)[:, None]
+    k = tl.arange(0, N_BLOCK)[None, :]
+    req = tl.arange(0, BS_BLOCK)
+    live = req < bs
+    commit = capped + 1
+    tl.store(commit_ptr + req, commit, mask=live)
+    seq = tl.load(seq_ptr + req, mask=live, other=0)
+    tl.store(new_seq_ptr + req, seq + commit.to(seq.dtype), mask=live)
+    draft = tl.load(cand_ptr + b * cand_stride + k + 1, mask=(b < bs) & (k < n - 1), other=0)
+    token = tl.where(k == capped[:, None], bonus[:, None], draft.to(tl.int64))
+    tl.store(tokens_ptr + b * tokens_stride + k, token, mask=(b < bs) & (k < n))
+    if GATED:
+        verify = tl.load(verify_ptr + req, mask=live, other=0).to(tl.int32)
+        gate = tl.load(gate_ptr)
+        tl.store(gated_ptr + req, tl.minimum(commit, verify) * gate, mask=live)
 
 
 @triton.jit
@@ -200,13 +241,24 @@ def accept_greedy_kernel(
     bonus_ptr,  # int64 [bs]
     trim_ptr,  # int32 [bs]
     n,  # verify rows per request
+    seq_ptr,  # the epilogue's (TAIL): see store_accept_tail
+    verify_ptr,
+    gate_ptr,
+    commit_ptr,
+    new_seq_ptr,
+    tokens_ptr,
+    tokens_stride,
+    gated_ptr,
     CHUNK: tl.constexpr,
     BLOCK: tl.constexpr,
     BS_BLOCK: tl.constexpr,
     N_BLOCK: tl.constexpr,
     HAS_CUTOFF: tl.constexpr,
+    TAIL: tl.constexpr,
+    GATED: tl.constexpr,
 ):
-    """The reduction of :func:`reduce_row_chunk`; the last program applies the accept rule."""
+    """The reduction of :func:`reduce_row_chunk`; the last program applies the accept rule
+    (and with ``TAIL`` stores the verify epilogue's outputs)."""
     if reduce_row_chunk(logits_ptr, row_stride, vocab, slots_ptr, ticket_ptr, CHUNK, BLOCK):
         b = tl.arange(0, BS_BLOCK)[:, None]
         k = tl.arange(0, N_BLOCK)[None, :]
@@ -216,19 +268,57 @@ def accept_greedy_kernel(
         predict = decode_index(
             tl.atomic_xchg(slots_ptr + b * n + k, empty, mask=here, sem="relaxed")
         )
-        apply_accept_rule(
+        capped, bonus = apply_accept_rule(
             predict, cand_ptr, cand_stride, cutoff_ptr, correct_ptr, bonus_ptr, trim_ptr, bs, n,
             BS_BLOCK, N_BLOCK, HAS_CUTOFF,
         )  # fmt: skip
+        if TAIL:
+            store_accept_tail(
+                capped, bonus, cand_ptr, cand_stride, seq_ptr, verify_ptr, gate_ptr, commit_ptr,
+                new_seq_ptr, tokens_ptr, tokens_stride, gated_ptr, bs, n, BS_BLOCK, N_BLOCK, GATED,
+            )  # fmt: skip
         tl.atomic_xchg(ticket_ptr, 0, sem="relaxed")
 
 
-def launch_triton(candidates, logits, cutoff_verify_lens, out, launch: TritonLaunch) -> None:
-    """The Triton kernel into ``out``, in the shape ``launch``."""
+@dataclass(frozen=True)
+class AcceptTail:
+    """The static verify epilogue's tensors (``accept_greedy_epilogue`` checks them): its
+    inputs ``seq_lens``, ``verify_lens`` and ``gate`` (the last two None without ``gated``)
+    and its outputs ``commit_lens``, ``new_seq_lens``, ``out_tokens``, ``gated``."""
+
+    seq_lens: torch.Tensor
+    verify_lens: torch.Tensor | None
+    gate: torch.Tensor | None
+    commit_lens: torch.Tensor
+    new_seq_lens: torch.Tensor
+    out_tokens: torch.Tensor
+    gated: torch.Tensor | None
+
+    def triton_arguments(self) -> tuple:
+        """The kernel's tail arguments (an unread output stands in for each absent tensor)."""
+        gated = self.gated is not None
+        return (
+            self.seq_lens,
+            self.verify_lens if gated else self.commit_lens,
+            self.gate if gated else self.commit_lens,
+            self.commit_lens,
+            self.new_seq_lens,
+            self.out_tokens,
+            self.out_tokens.stride(0),
+            self.gated if gated else self.commit_lens,
+        )
+
+
+def launch_triton(
+    candidates, logits, cutoff_verify_lens, out, launch: TritonLaunch, tail: AcceptTail = None
+) -> None:
+    """The Triton kernel into ``out`` (and ``tail``'s outputs), in the shape ``launch``."""
     rows, vocab = logits.shape
     bs, n = candidates.shape
     correct, bonus, trim = out
     has_cutoff = cutoff_verify_lens is not None
+    # Without a tail, the kernel never reads these: any tensor stands in.
+    tail_arguments = (correct,) * 6 + (0, correct) if tail is None else tail.triton_arguments()
     with TRITON_WORKSPACE.launch(logits.device) as (slots, ticket):
         accept_greedy_kernel[launch.grid(rows, vocab)](
             logits,
@@ -244,11 +334,14 @@ def launch_triton(candidates, logits, cutoff_verify_lens, out, launch: TritonLau
             bonus,
             trim,
             n,
+            *tail_arguments,
             CHUNK=launch.chunk,
             BLOCK=launch.block,
             BS_BLOCK=triton.next_power_of_2(bs),
             N_BLOCK=max(2, triton.next_power_of_2(n)),
             HAS_CUTOFF=has_cutoff,
+            TAIL=tail is not None,
+            GATED=tail is not None and tail.gated is not None,
             num_warps=launch.num_warps,
         )
 
@@ -335,7 +428,7 @@ def accept_greedy(
         # An admitted admission has validated these very arguments (``out`` included).
         _validate(candidates, logits, cutoff_verify_lens, out)
     if admission is None:
-        admission = _plan(candidates, logits, cutoff_verify_lens)
+        admission = plan_accept(candidates, logits, cutoff_verify_lens)
     if not admission:
         return accept_greedy_torch(candidates, logits, cutoff_verify_lens, out)
     out = new_outputs(candidates.shape[0], logits.device, out)
