@@ -6,9 +6,10 @@ at hand, with verify-time shapes (q rows 6 = DSpark block 5 + 1, H = 5120, vocab
 ==========================  =======  ===========================================================
 call site                   /cycle   where the count comes from
 ==========================  =======  ===========================================================
-``AcceptGreedy.execute``        1    DSpark's static verify epilogue, once per verify
-                                     (``_accept_static_greedy`` -> ``_accept``), V4.1:
-                                     ``fused_argmax=True``
+accept epilogue                 1    DSpark's static verify epilogue, once per verify:
+                                     ``_accept_static_greedy`` (the accept, V4.1's
+                                     ``fused_argmax=True``, and its tail into the static
+                                     buffers), gated as a V4.1 server folds the KV commit
 mHC boundary                   80    2 hyper-connections (attn_hc, ffn_hc) x 40 layers: each one's
                                      post (``run_attn_post`` -> ``_post_fusion``, the consumer's
                                      ``HcNextBoundary`` given, none after the last) with its
@@ -47,6 +48,7 @@ callers are the package's (:mod:`dsv41_kernels.calibration`):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -69,20 +71,23 @@ CYCLES = 10
 H200, more than a one-call group's work) is then a tenth of one."""
 
 
-def accept_group(device):
+def epilogue_group(device):
     from sglang.kernels.ops.speculative.dspark import dspark_accept
+    from sglang.srt.speculative.dspark_components.dspark_verify import DsparkVerifyEpilogue
 
+    epilogue = callers.verify_epilogue(1, device)
+    epilogue.begin_static_step(1, True)
     gen = torch.Generator().manual_seed(0)
     logits = callers.verify_logits(gen, 1, 129280, nan=False).to(device)
     candidates = callers.draft_candidates(logits, 1, gen)
-    kwargs = dict(
-        candidates=candidates,
-        target_logits=logits,
-        verify_num_draft_tokens=callers.VERIFY_ROWS,
-        fused_argmax=True,
+    seq_lens = torch.tensor([4096], device=device)
+    io = callers.static_verify_io(logits, candidates, seq_lens)
+    verify_lens = epilogue.verify_lens_buf[:1]
+    run = lambda: epilogue._accept_static_greedy(
+        io, verify_lens=verify_lens, gate=epilogue.inject_gate_buf, gated=True
     )
-    run = lambda: dspark_accept.AcceptGreedy.execute(**kwargs)
-    return run, (dspark_accept, ()), "[6, 129280] fp32"
+    patch = ((DsparkVerifyEpilogue, ("_accept_static_greedy",)), (dspark_accept, ()))
+    return run, patch, "[6, 129280] fp32"
 
 
 def mhc_layers(device):
@@ -119,7 +124,7 @@ def boundary_group(device, layers):
                 mhc.combine(sublayers[i + 1], state)
             residual, stats = state.streams, state.stats
 
-    patch = (mhc, ("_mix_stats_impl", "_combine", "_post_fusion"))
+    patch = ((mhc, ("_mix_stats_impl", "_combine", "_post_fusion")),)
     return run, patch, f"{len(sublayers)} x [6, 4, 5120] bf16"
 
 
@@ -139,7 +144,7 @@ def sched_group(device):
             flashmla.sglang_decode(decoder, step, metadata, ours=True)
 
     shape = "b 6, s_q 1, 64 heads, top-k " + " / ".join(f"{t}+{e}" for t, e in SCHEDULES)
-    return run, (decoder.backend, ("_maybe_precompute_flashmla_sched_meta",)), shape
+    return run, ((decoder.backend, ("_maybe_precompute_flashmla_sched_meta",)),), shape
 
 
 def router_group(device):
@@ -159,7 +164,7 @@ def router_group(device):
         for moe, logits, ids in calls:
             deepseek_v2.vision_topk(moe, logits, ids)
 
-    return run, (deepseek_v2, ("vision_topk",)), "40 x T 6, E 384, top-6"
+    return run, ((deepseek_v2, ("vision_topk",)),), "40 x T 6, E 384, top-6"
 
 
 def wo_a_group(device):
@@ -172,16 +177,18 @@ def wo_a_group(device):
         for o, positions in calls:
             callers.attention_output_to_wo_a(layer, o, positions)
 
-    patch = (deepseek_v4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8"))
+    patch = ((deepseek_v4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8")),)
     return run, patch, "40 x o [6, 16, 512] in 64 heads, G 2"
 
 
 def with_sglang_functions(run, patch):
-    """``run`` with SGLang's own functions in place of our hooks (the plugin off)."""
-    module, names = patch
+    """``run`` with SGLang's own functions in place of our hooks (the plugin off): ``patch``
+    names each owner (module, class or object) and its hooked functions (none: all of them)."""
 
     def sglang_run():
-        with callers.sglang_functions(module, *names):
+        with contextlib.ExitStack() as stack:
+            for owner, names in patch:
+                stack.enter_context(callers.sglang_functions(owner, *names))
             return run()
 
     return sglang_run
@@ -203,7 +210,7 @@ def main() -> None:
     name = torch.cuda.get_device_name()
     layers = mhc_layers(device)
     groups = [
-        ("accept_greedy", "greedy accept", 1, *accept_group(device)),
+        ("accept_greedy_epilogue", "accept epilogue: accept + tail", 1, *epilogue_group(device)),
         (
             "hc_boundary",
             "mHC boundary: post + mix_stats + combine",

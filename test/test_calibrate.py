@@ -213,7 +213,7 @@ def fake_sites(monkeypatch):
                 "hc_combine_norm",
                 f"[{r}, 4, 5120] bf16",
                 r,
-                (module.__name__, ("combine",)),
+                ((module.__name__, ("combine",)),),
                 functools.partial(build, r),
             )
             for r in (6, 128, 256)

@@ -11,6 +11,7 @@ its real methods read; every method that runs is SGLang's.
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -26,6 +27,7 @@ from dsv41_kernels.calibration.callers import (  # noqa: F401  (the tests' names
     sglang_functions,
     v41_attention_layer,
     v41_decoder_layer,
+    verify_epilogue,
     verify_logits,
     vision_moe,
 )
@@ -69,20 +71,22 @@ def run_sglang(fn):
 # ---- accept_greedy: DSpark's in-graph verify epilogue ----------------------------------------
 
 
-def verify_epilogue(max_bs: int, device, *, fused_argmax: bool = True):
-    """DSpark's ``DsparkVerifyEpilogue`` for a DeepSeek-V4.1 target (``fused_argmax``, as
-    ``target_uses_fused_argmax`` gives it), static verify mode, one TP rank, no KV commit."""
+def epilogue_in_steps():
+    """SGLang's own ``_accept_static_greedy`` in the block (call site
+    ``accept_greedy_epilogue`` out): the static epilogue runs the accept and its tail as
+    separate steps, the accept through ``AcceptGreedy.execute`` (call site ``accept_greedy``)."""
     from sglang.srt.speculative.dspark_components.dspark_verify import DsparkVerifyEpilogue
-    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
-    tp_sync = SpecTpSync(types.SimpleNamespace(world_size=1, rank_in_group=0))
-    return DsparkVerifyEpilogue(
-        max_bs=max_bs,
-        verify_num_draft_tokens=VERIFY_ROWS,
-        device=device,
-        tp_sync=tp_sync,
-        fused_argmax=fused_argmax,
-    )
+    return sglang_functions(DsparkVerifyEpilogue, "_accept_static_greedy")
+
+
+@contextlib.contextmanager
+def stock_epilogue():
+    """The static epilogue as SGLang runs it without the plugin, in the block."""
+    from sglang.kernels.ops.speculative.dspark import dspark_accept
+
+    with epilogue_in_steps(), sglang_functions(dspark_accept):
+        yield
 
 
 class StaticVerifyStep:

@@ -5,14 +5,20 @@ with one call standing in for a timing, and ours is taken by the hook in the ``o
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 
 import pytest
 import torch
 
 from dsv41_kernels.calibration import drivers
 
-CPU_SITES = ("accept_greedy", "row_argmax", "moe_fused_gate", "inverse_rope_quant_fp8")
+CPU_SITES = (
+    "accept_greedy",
+    "accept_greedy_epilogue",
+    "row_argmax",
+    "moe_fused_gate",
+    "inverse_rope_quant_fp8",
+)
 """The sites whose SGLang caller runs on CPU tensors (the mHC's at V4.1's 5120 columns would
 take minutes in Triton's interpreter; FlashMLA is CUDA only)."""
 
@@ -39,15 +45,16 @@ def test_cases_are_listed_without_their_inputs(monkeypatch):
 
 def test_sglangs_functions_are_hooks_in_their_modules(plugin):
     """Each case's ``sglang`` names bindings of hooked functions (what ``sglang_functions`` can
-    put SGLang's own function back into), or none in a module the plugin hooks."""
+    put SGLang's own function back into), or none in a module or class the plugin hooks."""
     from dsv41_kernels.calibration.callers import hooked_names
 
     for driver in drivers.SITES.values():
         for case in driver.cases(torch.device("cpu")):
-            name, names = case.sglang
-            module = importlib.import_module(name)
-            for function in names or hooked_names(module):
-                assert hasattr(getattr(module, function), "__wrapped__"), (case.op, function)
+            for path, names in case.sglang:
+                owner = pkgutil.resolve_name(path)
+                assert names or hooked_names(owner), (case.op, path)
+                for function in names or hooked_names(owner):
+                    assert hasattr(getattr(owner, function), "__wrapped__"), (case.op, function)
 
 
 @pytest.mark.parametrize("site", CPU_SITES)

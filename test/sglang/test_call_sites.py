@@ -32,17 +32,18 @@ def only_ours(counts, hook, calls):
 
 @pytest.mark.parametrize("bs", [1, 3])
 def test_verify_epilogue_accepts_with_ours(plugin, fired, bs):
-    """DSpark's static verify epilogue of a V4.1 target (``fused_argmax``) takes our accept,
-    and its accept buffers equal the torch.argmax composition's, NaN rows included."""
-    from sglang.kernels.ops.speculative.dspark import dspark_accept
+    """DSpark's static verify epilogue of a V4.1 target (``fused_argmax``), run in its steps,
+    takes our accept, and its accept buffers equal the torch.argmax composition's, NaN rows
+    included."""
 
     gen = torch.Generator().manual_seed(bs)
     logits = callers.verify_logits(gen, bs, VOCAB, nan=True)
     step = callers.StaticVerifyStep(callers.draft_candidates(logits, bs, gen), logits)
-    ours = step.run(callers.verify_epilogue(bs, "cpu"))
+    with callers.epilogue_in_steps():
+        ours = step.run(callers.verify_epilogue(bs, "cpu"))
     only_ours(fired(), "accept_greedy.accept_greedy", 1)  # CPU tensors: AcceptGreedy.torch
 
-    with callers.sglang_functions(dspark_accept):
+    with callers.stock_epilogue():
         torch_rule = step.run(callers.verify_epilogue(bs, "cpu", fused_argmax=False))
     for name, value in torch_rule.items():
         assert ours[name].dtype == value.dtype and torch.equal(ours[name], value), name
@@ -130,7 +131,8 @@ def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch, on_
         return sglangs_rule(**kwargs)
 
     monkeypatch.setattr(dspark_accept, rule, rule_with_a_second_thread)
-    declined_run = step.run(callers.verify_epilogue(bs, "cpu"))
+    with callers.epilogue_in_steps():
+        declined_run = step.run(callers.verify_epilogue(bs, "cpu"))
     monkeypatch.setattr(dspark_accept, rule, sglangs_rule)
     dspark_accept._row_argmax(logits)  # after the accept: ours again
     counts = fired()
@@ -140,7 +142,7 @@ def test_declined_accept_runs_sglangs_own_argmax(plugin, fired, monkeypatch, on_
     assert argmax["ours"] == 2, counts  # the other thread's and the one after
     assert argmax["sglang"] == {hooks.SGLANGS_ACCEPT.reason: 1}, counts
     assert torch.equal(elsewhere[0], torch.argmax(logits, -1))
-    with callers.sglang_functions(dspark_accept):
+    with callers.stock_epilogue():
         stock = step.run(callers.verify_epilogue(bs, "cpu"))
     for name, value in stock.items():
         assert torch.equal(declined_run[name], value), name

@@ -34,9 +34,7 @@ def accept_case(bs, seed, *, nan):
 def sglang_accept(step, *, fused_argmax):
     """The same epilogue with SGLang's functions: ``fused_argmax`` (what it runs for V4.1) or
     torch.argmax (the composition the accept rule is defined over)."""
-    from sglang.kernels.ops.speculative.dspark import dspark_accept
-
-    with callers.sglang_functions(dspark_accept):
+    with callers.stock_epilogue():
         epilogue = callers.verify_epilogue(step.batch.batch_size, "cuda", fused_argmax=fused_argmax)
         return step.run(epilogue)
 
@@ -50,8 +48,9 @@ def assert_accept_equal(ours, theirs, what):
 @pytest.mark.parametrize("bs", [1, 4, 16, 64])
 def test_verify_epilogue_eager(plugin, fired, bs):
     with_nan, nan_free = accept_case(bs, bs, nan=True), accept_case(bs, 100 + bs, nan=False)
-    ours_nan = with_nan.run(callers.verify_epilogue(bs, "cuda"))
-    ours = nan_free.run(callers.verify_epilogue(bs, "cuda"))
+    with callers.epilogue_in_steps():
+        ours_nan = with_nan.run(callers.verify_epilogue(bs, "cuda"))
+        ours = nan_free.run(callers.verify_epilogue(bs, "cuda"))
     assert fired()[ACCEPT_HOOK] == {"ours": 2, "sglang": {}}
     assert_accept_equal(ours_nan, sglang_accept(with_nan, fused_argmax=False), "torch.argmax")
     assert_accept_equal(ours, sglang_accept(nan_free, fused_argmax=False), "torch.argmax")
@@ -68,13 +67,14 @@ def test_verify_epilogue_in_cuda_graph(plugin, fired, bs):
     epilogue = callers.verify_epilogue(bs, "cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step.run(epilogue)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        epilogue.begin_static_step(bs, armed=False)
-        epilogue._static_epilogue(step.out, step.batch)
+    with callers.epilogue_in_steps():
+        with torch.cuda.stream(side):
+            step.run(epilogue)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            epilogue.begin_static_step(bs, armed=False)
+            epilogue._static_epilogue(step.out, step.batch)
     assert fired()[ACCEPT_HOOK] == {"ours": 2, "sglang": {}}  # the warm-up and the capture
     for replay in range(4):
         new = accept_case(bs, 1000 * bs + replay, nan=replay % 2 == 0)

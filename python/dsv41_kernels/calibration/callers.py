@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import pkgutil
 import types
 
 import torch
@@ -23,17 +24,35 @@ TOP_K = 6
 IMAGE_TOKEN_ID = 129264
 
 
-def hooked_names(module) -> list[str]:
-    """The functions of ``module`` that the plugin hooks (every site's ``HOOKS``)."""
+def dotted_name(owner) -> str:
+    """A module's or a class's dotted path."""
+    if isinstance(owner, types.ModuleType):
+        return owner.__name__
+    return f"{owner.__module__}.{owner.__qualname__}"
+
+
+def hooked_names(owner) -> list[str]:
+    """The functions of ``owner`` (a module or a class) that the plugin hooks (every site's
+    ``HOOKS``)."""
     from dsv41_kernels.sglang_plugin import SITES
 
     names = []
     for site in SITES:
         for target, _, _ in importlib.import_module(site.module).HOOKS:
-            owner, _, name = target.rpartition(".")
-            if owner == module.__name__:
+            path, _, name = target.rpartition(".")
+            if path == dotted_name(owner):
                 names.append(name)
     return names
+
+
+@contextlib.contextmanager
+def sglang_arm(owners):
+    """:func:`sglang_functions` of each ``(dotted path of a module or class, names)`` of
+    ``owners`` at once: a case's SGLang arm."""
+    with contextlib.ExitStack() as stack:
+        for path, names in owners:
+            stack.enter_context(sglang_functions(pkgutil.resolve_name(path), *names))
+        yield
 
 
 @contextlib.contextmanager
@@ -54,6 +73,50 @@ def sglang_functions(module, *names):
 
 
 # ---- accept_greedy: DSpark's verify logits and drafts -----------------------------------------
+
+
+def verify_epilogue(
+    max_bs: int, device, *, fused_argmax: bool = True, world_size: int = 1, **flags
+):
+    """DSpark's ``DsparkVerifyEpilogue`` for a DeepSeek-V4.1 target (``fused_argmax``, as
+    ``target_uses_fused_argmax`` gives it), static verify mode, no KV commit, ``flags`` passed
+    on (``fused_accept_tail``, ...), and a TP group of ``world_size`` ranks whose broadcast
+    records what it is given (``epilogue.broadcasts``)."""
+    from sglang.srt.speculative.dspark_components.dspark_verify import DsparkVerifyEpilogue
+    from sglang.srt.speculative.spec_tp_sync import SpecTpSync
+
+    broadcasts = []
+    group = types.SimpleNamespace(
+        world_size=world_size,
+        rank_in_group=0,
+        broadcast=lambda values, src=0: broadcasts.append(values.clone()) or values,
+    )
+    epilogue = DsparkVerifyEpilogue(
+        max_bs=max_bs,
+        verify_num_draft_tokens=VERIFY_ROWS,
+        device=device,
+        tp_sync=SpecTpSync(group),
+        fused_argmax=fused_argmax,
+        **flags,
+    )
+    epilogue.broadcasts = broadcasts
+    return epilogue
+
+
+def static_verify_io(logits: torch.Tensor, candidates: torch.Tensor, seq_lens: torch.Tensor):
+    """SGLang's ``StaticVerifyIO`` of a captured verify batch, with what its epilogue's accept
+    reads (the KV-commit fields are left empty)."""
+    from sglang.srt.speculative.dspark_components.dspark_verify import StaticVerifyIO
+
+    return StaticVerifyIO(
+        candidates=candidates,
+        logits=logits,
+        hidden=None,
+        seq_lens=seq_lens,
+        req_pool_indices=None,
+        out_cache_loc=None,
+        positions=None,
+    )
 
 
 def verify_logits(gen, bs: int, vocab: int, *, nan: bool) -> torch.Tensor:

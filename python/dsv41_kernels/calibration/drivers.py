@@ -38,6 +38,7 @@ FATAL = (KeyboardInterrupt, SystemExit, GeneratorExit)
 figure and its reason."""
 VOCAB = 129280
 ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
+EPILOGUE_BS = (1, 2, 4, 6, 8, 10, 16, 32, 64)
 ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 192, 256) + (512, 1024, 2048, 4096, 8192)
 MHC_ROWS += (16384, 65536)
@@ -49,6 +50,7 @@ WO_A_TOKENS = (6, 24, 96, 384)
 ERROR_CHARS = 200
 
 DSPARK_ACCEPT = "sglang.kernels.ops.speculative.dspark.dspark_accept"
+EPILOGUE = "sglang.srt.speculative.dspark_components.dspark_verify.DsparkVerifyEpilogue"
 MHC = "sglang.srt.models.deepseek_v4_mhc"
 DEEPSEEK_V2 = "sglang.srt.models.deepseek_v2"
 DEEPSEEK_V4 = "sglang.srt.models.deepseek_v4"
@@ -58,13 +60,13 @@ V4_BACKEND = "sglang.srt.layers.attention.deepseek_v4_backend"
 @dataclass(frozen=True)
 class Case:
     """One call site at one size. ``build()`` makes the inputs on the device and returns the
-    call that drives the site; ``sglang`` names the module and its functions
-    :func:`~.callers.sglang_functions` puts back for SGLang's arm (none: every hooked one)."""
+    call that drives the site; ``sglang`` names the modules (or classes) and their functions
+    :func:`~.callers.sglang_arm` puts back for SGLang's arm (none: every hooked one)."""
 
     op: str
     shape: str
     rows: int
-    sglang: tuple[str, tuple[str, ...]]
+    sglang: tuple[tuple[str, tuple[str, ...]], ...]
     build: Callable[[], Callable[[], object]]
 
 
@@ -98,10 +100,41 @@ def accept_cases(device) -> list[Case]:
             "accept_greedy",
             f"bs {bs} x 6, vocab 129280",
             bs * rows,
-            (DSPARK_ACCEPT, ()),
+            ((DSPARK_ACCEPT, ()),),
             _at(build, bs),
         )
         for bs in ACCEPT_BS
+    ]
+
+
+def epilogue_cases(device) -> list[Case]:
+    """``DsparkVerifyEpilogue._accept_static_greedy`` (gated, as a V4.1 server folds the KV
+    commit) on the accept's inputs at ``bs`` requests, prefix lengths up to 64K."""
+
+    def build(bs):
+        epilogue = callers.verify_epilogue(bs, device)
+        epilogue.begin_static_step(bs, True)  # every request live, the commit armed
+        gen = torch.Generator().manual_seed(bs)
+        logits = callers.verify_logits(gen, bs, VOCAB, nan=False).to(device)
+        candidates = callers.draft_candidates(logits, bs, gen)
+        seq_lens = torch.randint(1, 1 << 16, (bs,), generator=gen).to(device)
+        io = callers.static_verify_io(logits, candidates, seq_lens)
+        verify_lens = epilogue.verify_lens_buf[:bs]
+        return lambda: epilogue._accept_static_greedy(
+            io, verify_lens=verify_lens, gate=epilogue.inject_gate_buf, gated=True
+        )
+
+    sglang = ((EPILOGUE, ("_accept_static_greedy",)), (DSPARK_ACCEPT, ()))
+    rows = callers.VERIFY_ROWS
+    return [
+        Case(
+            "accept_greedy_epilogue",
+            f"bs {bs} x 6, vocab 129280",
+            bs * rows,
+            sglang,
+            _at(build, bs),
+        )
+        for bs in EPILOGUE_BS
     ]
 
 
@@ -114,7 +147,7 @@ def argmax_cases(device) -> list[Case]:
         logits = torch.randn(rows, VOCAB, generator=gen, device=device)
         return lambda: dspark_accept._row_argmax(logits, fused=True)
 
-    sglang = (DSPARK_ACCEPT, ("_row_argmax",))
+    sglang = ((DSPARK_ACCEPT, ("_row_argmax",)),)
     return [Case("row_argmax", f"[{r}, 129280]", r, sglang, _at(build, r)) for r in ARGMAX_ROWS]
 
 
@@ -136,7 +169,7 @@ def mhc_cases(device, site: str) -> list[Case]:
         pre = torch.rand(rows, 4, generator=gen, device=device) + 0.1
         return lambda: mhc.combine(hc, mhc.HcState(x, pre))
 
-    sglang = (MHC, ("_mix_stats_impl",) if site == "hc_mix_stats" else ("_combine",))
+    sglang = ((MHC, ("_mix_stats_impl",) if site == "hc_mix_stats" else ("_combine",)),)
     return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in MHC_ROWS]
 
 
@@ -179,7 +212,7 @@ def boundary_cases(device) -> list[Case]:
 
         return run
 
-    sglang = (MHC, ("_mix_stats_impl", "_combine", "_post_fusion"))
+    sglang = ((MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),)
     return [
         Case("hc_boundary", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS
     ]
@@ -208,7 +241,7 @@ def router_cases(device) -> list[Case]:
         ids = ids.to(device)
         return lambda: deepseek_v2.vision_topk(layer, logits, ids)
 
-    sglang = (DEEPSEEK_V2, ("vision_topk",))
+    sglang = ((DEEPSEEK_V2, ("vision_topk",)),)
     return [
         Case("moe_fused_gate", f"T {t}, E 384, top-6", t, sglang, _at(build, t))
         for t in ROUTER_TOKENS
@@ -232,7 +265,7 @@ def sched_cases(device) -> list[Case]:
 
         return run
 
-    sglang = (V4_BACKEND, ("_maybe_precompute_flashmla_sched_meta",))
+    sglang = ((V4_BACKEND, ("_maybe_precompute_flashmla_sched_meta",)),)
     shape = "FlashMLA decode + schedule, b {}, top-k 128+512"
     rows = [callers.VERIFY_ROWS * bs for bs in SCHED_BS]
     return [Case("decoding_sched_meta", shape.format(b), b, sglang, _at(build, b)) for b in rows]
@@ -250,7 +283,7 @@ def wo_a_cases(device) -> list[Case]:
         o, positions = callers.attention_output(layer, tokens, seed=tokens + tp)
         return lambda: callers.attention_output_to_wo_a(layer, o, positions)
 
-    sglang = (DEEPSEEK_V4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8"))
+    sglang = ((DEEPSEEK_V4, ("fused_rope_inplace", "sglang_per_token_group_quant_fp8")),)
     shape = "T {t}, TP {tp}: o [{t}, {heads}, 512], G {groups}"
     return [
         Case(
@@ -273,6 +306,9 @@ def _at(build, *size):
 SITES = {
     "accept_greedy": Driver("dspark_accept.AcceptGreedy.execute(fused_argmax=True)", accept_cases),
     "row_argmax": Driver("dspark_accept._row_argmax(fused=True)", argmax_cases),
+    "accept_greedy_epilogue": Driver(
+        "DsparkVerifyEpilogue._accept_static_greedy(gated=True)", epilogue_cases
+    ),
     "hc_mix_stats": Driver(
         "deepseek_v4_mhc.mix_stats", functools.partial(mhc_cases, site="hc_mix_stats")
     ),
@@ -310,8 +346,7 @@ def time_arm(arm: str, case: Case, run, timer) -> tuple[float | None, str | None
     dispatch.reset()
     try:
         if arm == SGLANG_ARM:
-            module, names = case.sglang
-            with callers.sglang_functions(importlib.import_module(module), *names):
+            with callers.sglang_arm(case.sglang):
                 return timer(run, case.rows), None
         us = timer(run, case.rows)
     except FATAL:

@@ -1,4 +1,4 @@
-"""SGLang plugin: puts dsv41-kernels on the seven DeepSeek-V4.1 / DSpark call sites of SGLang.
+"""SGLang plugin: puts dsv41-kernels on the DeepSeek-V4.1 / DSpark call sites of SGLang.
 
 SGLang (0.5.12.post1 and later) calls every function registered under the entry-point group
 ``sglang.srt.plugins`` in each of its processes, then applies the hooks they registered with
@@ -13,7 +13,8 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 (FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
-combine+norm in one launch), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
+combine+norm in one launch), ``accept_greedy_epilogue`` (DSpark's static verify epilogue:
+the accept and its tail in one launch), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
 left sharded for a greedy step; off until run on several GPUs).
 
 Whether a hook takes a call is decided twice: the op's admission says whether ours can run on
@@ -98,6 +99,11 @@ SITES = (
         "hc_boundary",
         f"{__name__}.hc_boundary",
         "mHC boundary: post + next statistics + next combine+norm -> hc_boundary",
+    ),
+    Site(
+        "accept_greedy_epilogue",
+        f"{__name__}.accept_greedy_epilogue",
+        "DSpark static verify epilogue: accept + tail -> accept_greedy_epilogue",
     ),
     Site(
         "sharded_accept_greedy",

@@ -45,7 +45,7 @@ from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
-from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin import dispatch, parts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
@@ -120,23 +120,9 @@ def sglang_post_is_split_h(cfg) -> bool:
 
 
 def parts_refusal(rows) -> Admission | None:
-    """The refusal when our statistics or combine would not be what runs at an unfused seam:
-    switched off, not installed, off after an error, or declined by the GPU's policy (the fused
-    boundary produces their bits, and seams it declines run theirs)."""
-    from dsv41_kernels import sglang_plugin
-
-    installed = sglang_plugin.status()  # None: installed by hand, every site taken as on
-    failed = dispatch.failed_hooks()
-    for part, hook in PART_HOOKS.items():
-        state = "on" if installed is None else installed.get(part, "off (not registered)")
-        if state != "on":
-            return refuse(f"{part} switched {state}")
-        if hook in failed:
-            return refuse(f"{part} is off after an error")
-        slower = policy_refusal(part, rows)
-        if slower is not None:
-            return refuse(f"{part}: {slower.reason}")
-    return None
+    """The refusal when our statistics or combine would not be what runs at an unfused seam
+    (the fused boundary produces their bits, and seams it declines run theirs)."""
+    return parts.parts_refusal(PART_HOOKS, rows)
 
 
 def post_fusion_hook(original, hc, y, residual, coefficients, next):

@@ -63,6 +63,7 @@ SITE_SWITCH = {
     "hc_mix_stats": "hc_mix_stats",
     "inverse_rope_quant_fp8": "inverse_rope_quant_fp8",
     "hc_boundary": "hc_boundary",
+    "accept_greedy_epilogue": "accept_greedy_epilogue",
     "sharded_accept_greedy": "sharded_accept_greedy",
 }
 """Each call site a policy decides (the op its hook runs) and the switch it belongs to."""
