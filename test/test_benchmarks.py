@@ -33,6 +33,13 @@ def test_one_benchmark_per_op():
     assert {f"bench_{op}" for op in ops - {"__init__", "common"}} <= set(SCRIPTS)
 
 
+def test_run_gpu_runs_every_benchmark():
+    """``benchmark/run_gpu.sh bench`` times every op's script (the sharded one by world)."""
+    text = (KERNELS.parent / "run_gpu.sh").read_text()
+    listed = set(re.search(r"for op in ([^;]*); do", text).group(1).replace("\\", " ").split())
+    assert {s.removeprefix("bench_") for s in SCRIPTS} <= listed
+
+
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_benchmark_imports(on_script_path, script):
     module = importlib.import_module(script)
