@@ -6,7 +6,8 @@ For a DeepSeek-V4.1 target SGLang 0.5.23 already runs its own split-vocab argmax
 ``torch.argmax`` (NaN included) and faster than both, with the accept rule in the same launch.
 In a server the verify path is DSpark's in-graph epilogue: ``DsparkVerifyEpilogue.
 _static_epilogue`` -> ``_accept_static_greedy`` -> ``_accept`` -> ``AcceptGreedy.execute`` ->
-``accept_greedy_triton`` on CUDA (the eager ``accept_draft_tokens`` reaches the same). Hooked,
+``accept_greedy_triton`` on CUDA (the eager ``accept_draft_tokens`` reaches the same), wherever
+call site ``accept_greedy_epilogue`` leaves the epilogue to SGLang's steps. Hooked,
 in ``sglang.kernels.ops.speculative.dspark.dspark_accept``:
 
 - ``accept_greedy_triton`` and its torch twin ``accept_greedy`` (which ``AcceptGreedy`` picks
