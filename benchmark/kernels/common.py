@@ -77,10 +77,11 @@ def sglang_function(module: str, name: str):
     return (None, why) if found is None else (getattr(found, name), None)
 
 
-def build_beside(source: Path, device_index: int = 0):
-    """A benchmark-only CUDA source beside these scripts (a sweep's or a probe's, never shipped)
-    built for the device's arch into the just-in-time cache (a ninja build: again only when a
-    source changed), with the package's headers on the include path, and loaded."""
+def build_beside(source: Path, device_index: int = 0, *, flags=(), include_paths=()):
+    """A benchmark-only CUDA source beside these scripts (a sweep's, a probe's or a reference's,
+    never shipped) built for the device's arch into the just-in-time cache (a ninja build: again
+    only when a source changed), with the package's headers on the include path (then
+    ``include_paths``) and ``flags`` added, and loaded."""
     import os
 
     import tvm_ffi
@@ -96,11 +97,35 @@ def build_beside(source: Path, device_index: int = 0):
     library = tvm_ffi.cpp.build(
         source.stem,
         sources=[str(source)],
-        extra_cuda_cflags=list(CUDA_CFLAGS),
-        extra_include_paths=[str(CSRC)],
+        extra_cuda_cflags=[*CUDA_CFLAGS, *flags],
+        extra_include_paths=[str(CSRC), *map(str, include_paths)],
         build_directory=str(CACHE / f"{source.stem}-{arch}"),
     )
     return tvm_ffi.load_module(library)
+
+
+def flashinfer_norm_include() -> list[Path] | None:
+    """The include paths of FlashInfer's staged RMSNorm headers (``tools/flashinfer_norm``), or
+    None where they are not staged."""
+    import os
+
+    root = Path(
+        os.environ.get("FLASHINFER_NORM_INCLUDE", Path(__file__).parents[2] / ".flashinfer_norm")
+    )
+    if not (root / "include" / "flashinfer" / "norm.cuh").is_file():
+        return None
+    return [root / "include", root / "stand_ins"]
+
+
+def flashinfer_rmsnorm(device_index: int = 0):
+    """FlashInfer's RMSNorm as ``sgl_kernel`` builds it for Hopper (``flashinfer_rmsnorm.cu``,
+    ``-use_fast_math``), or None where its headers are not staged."""
+    include = flashinfer_norm_include()
+    if include is None:
+        return None
+    source = Path(__file__).with_name("flashinfer_rmsnorm.cu")
+    module = build_beside(source, device_index, flags=("-use_fast_math",), include_paths=include)
+    return module.flashinfer_rmsnorm
 
 
 def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:

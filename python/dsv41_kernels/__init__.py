@@ -32,6 +32,8 @@ _EXPORTS = {
     "inverse_rope_quant_fp8": "dsv41_kernels.ops.attention.inverse_rope_quant_fp8",
     "inverse_rope_quant_fp8_admission": "dsv41_kernels.ops.attention.inverse_rope_quant_fp8",
     "mxfp8_quantize": "dsv41_kernels.ops.quantization.mxfp8_quantize",
+    "rmsnorm_quant_fp8": "dsv41_kernels.ops.quantization.rmsnorm_quant_fp8",
+    "rmsnorm_quant_fp8_admission": "dsv41_kernels.ops.quantization.rmsnorm_quant_fp8",
     "mxfp8_quantize_admission": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "Mxfp8SwizzledInput": "dsv41_kernels.ops.quantization.mxfp8_quantize",
     "hc_combine_norm": "dsv41_kernels.ops.mhc.hc_combine_norm",

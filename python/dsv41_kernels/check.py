@@ -22,6 +22,7 @@ from dsv41_kernels.cases import (
     inverse_rope_quant_fp8,
     moe_fused_gate,
     mxfp8_quantize,
+    rmsnorm_quant_fp8,
     row_argmax,
     sharded_row_argmax,
 )
@@ -41,6 +42,7 @@ CASE_MODULES = (
     moe_fused_gate,
     hc_mix_stats,
     inverse_rope_quant_fp8,
+    rmsnorm_quant_fp8,
 )
 
 

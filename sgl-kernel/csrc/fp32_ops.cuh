@@ -40,6 +40,17 @@ __device__ __forceinline__ float add_ftz(float a, float b) {
   asm("add.rn.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
   return d;
 }
+__device__ __forceinline__ float fma_ftz(float a, float b, float c) {
+  float d;
+  asm("fma.rn.ftz.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+  return d;
+}
+// a / b as fast math compiles `/`: a times the hardware reciprocal of b (MUFU.RCP), flushed.
+__device__ __forceinline__ float div_approx_ftz(float a, float b) {
+  float d;
+  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  return d;
+}
 // The hardware reciprocal square root (MUFU.RSQ), subnormals flushed.
 __device__ __forceinline__ float rsqrt_approx(float a) {
   float d;

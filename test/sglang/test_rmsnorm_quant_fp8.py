@@ -1,0 +1,134 @@
+"""rmsnorm_quant_fp8 against SGLang 0.5.23's own pair. CPU: the restated quantizer's scales
+equal SGLang's Triton statement of its ue8m0 quantizer (``_per_token_group_quant_8bit_colmajor``,
+``SCALE_UE8M0``; finite rows: the Triton statement propagates NaN where the CUDA kernel SGLang
+runs ignores it), its codes torch's e4m3 cast of the scaled values. GPU (the H200): the
+kernel's ``y`` equals FlashInfer's RMSNorm as ``sgl_kernel`` builds it (headers staged by
+``tools/flashinfer_norm/stage.py``), and its ``(q, scales)`` what
+``sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)`` returns there (the JIT kernel
+``per_token_group_quant_8bit_v2``), bit for bit, on ``q_lora``'s strided view and on special
+values."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+NAN, INF = float("nan"), float("inf")
+
+
+def finite_rows(rows: int, d: int, seed: int) -> torch.Tensor:
+    """bf16 rows of every magnitude, an all-zero group, ties of the maximum, signed zeros."""
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.randn(rows, d, generator=gen) * torch.logspace(-30, 30, rows)[:, None]
+    y[0, :32] = 0.0
+    y[0, 32:40] = torch.tensor([0.0, -0.0, 448.0, -448.0, 448.0, 1e-30, -1e-38, 3e38])
+    y[-1, 64:96] = 2.0**-133  # bf16's smallest subnormal
+    return y.bfloat16()
+
+
+def test_quantizer_is_sglangs_triton_statement(sglang):
+    from sglang.kernels.ops.quantization.fp8_kernel import _per_token_group_quant_8bit_colmajor
+
+    rows, d, group = 24, 1280, 32
+    y = finite_rows(rows, d, seed=3)
+    q = torch.empty(rows, d, dtype=torch.float8_e4m3fn)
+    scales = torch.empty(d // group, rows)  # SGLang's column-major scale buffer
+    _per_token_group_quant_8bit_colmajor[(rows * d // group,)](
+        y, q, scales, group, d, scales.stride(0), 1e-10, -448.0, 448.0,
+        BLOCK=group, SCALE_UE8M0=True,
+    )  # fmt: skip
+    ours_q, ours_scales = group_quant_ue8m0(y, group)
+    assert torch.equal(ours_scales, scales.t())
+    # The interpreter's e4m3 conversion does not round to nearest even (the GPU's does): the
+    # codes are held to torch's own cast of the exactly scaled values instead.
+    scaled = y.float().unflatten(-1, (-1, group)) / ours_scales[..., None]
+    codes = scaled.flatten(-2).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert torch.equal(ours_q.view(torch.uint8), codes.view(torch.uint8))
+
+
+# ---- GPU tier ------------------------------------------------------------------------------
+
+
+def flashinfer_rmsnorm():
+    from benchmark.kernels import common
+
+    return common.flashinfer_rmsnorm(torch.cuda.current_device())
+
+
+def needs_staged_flashinfer():
+    from benchmark.kernels.common import flashinfer_norm_include
+
+    return pytest.mark.skipif(
+        flashinfer_norm_include() is None,
+        reason="FlashInfer's norm headers not staged (python tools/flashinfer_norm/stage.py)",
+    )
+
+
+def sglang_pair(x, weight, eps, reference_norm):
+    """SGLang's Q side on SM90: FlashInfer's RMSNorm, then its own ue8m0 group quantizer."""
+    from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
+
+    y = torch.empty(x.shape, dtype=torch.bfloat16, device=x.device)
+    reference_norm(x, weight, y, eps)
+    q, scales = sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)
+    return y, q, scales
+
+
+def assert_pair_equal(ours, theirs, what):
+    (y, q, s), (ty, tq, ts) = ours, theirs
+    assert torch.equal(y.view(torch.int16), ty.view(torch.int16)), what
+    assert torch.equal(q.view(torch.uint8), tq.view(torch.uint8)), what
+    assert torch.equal(s, ts), what
+
+
+@pytest.mark.gpu
+@needs_staged_flashinfer()
+@pytest.mark.parametrize("rows", [1, 6, 24, 64, 384])
+def test_gpu_equals_flashinfer_norm_and_sglangs_quantizer(sglang, rows):
+    from dsv41_kernels.ops.quantization.rmsnorm_quant_fp8 import (
+        rmsnorm_quant_fp8,
+        rmsnorm_quant_fp8_admission,
+    )
+
+    norm = flashinfer_rmsnorm()
+    gen = torch.Generator().manual_seed(rows)
+    for trial in range(6):
+        qkv_a = (torch.randn(rows, 1792, generator=gen) * 4.0**trial).bfloat16().cuda()
+        q_lora = qkv_a[:, :1280]  # the view SGLang normalizes
+        if trial % 3 == 2:  # special values: NaN, +-Inf, subnormals, signed zeros, a zero row
+            q_lora[0, :8] = torch.tensor([NAN, INF, -INF, 0.0, -0.0, 1e-40, 3e38, -3e38])
+            q_lora[-1] = 0.0
+        weight = (1 + 0.1 * torch.randn(1280, generator=gen)).bfloat16().cuda()
+        admission = rmsnorm_quant_fp8_admission(q_lora, weight, 1e-6)
+        assert admission.kernel == "cuda", admission.reason
+        ours = rmsnorm_quant_fp8(q_lora, weight, 1e-6, admission=admission)
+        assert_pair_equal(ours, sglang_pair(q_lora, weight, 1e-6, norm), (rows, trial))
+
+
+@pytest.mark.gpu
+@needs_staged_flashinfer()
+def test_gpu_hidden_width_and_graph_replay(sglang):
+    """The 5120-wide hidden rows too, into out= buffers, captured once and replayed."""
+    from dsv41_kernels.ops.quantization.rmsnorm_quant_fp8 import rmsnorm_quant_fp8
+
+    norm = flashinfer_rmsnorm()
+    gen = torch.Generator().manual_seed(9)
+    x = torch.randn(6, 5120, generator=gen).bfloat16().cuda()
+    weight = torch.randn(5120, generator=gen).bfloat16().cuda()
+    out = (
+        torch.empty(6, 5120, dtype=torch.bfloat16, device="cuda"),
+        torch.empty(6, 5120, dtype=torch.float8_e4m3fn, device="cuda"),
+        torch.empty(6, 160, dtype=torch.float32, device="cuda"),
+    )
+    rmsnorm_quant_fp8(x, weight, 1e-6, out=out)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        rmsnorm_quant_fp8(x, weight, 1e-6, out=out)
+    for replay in range(3):
+        x.copy_(torch.randn(6, 5120, generator=gen).bfloat16() * 10.0**replay)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_pair_equal(out, sglang_pair(x, weight, 1e-6, norm), replay)
