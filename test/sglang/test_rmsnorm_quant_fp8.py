@@ -10,10 +10,14 @@ values."""
 
 from __future__ import annotations
 
+import functools
+import types
+
 import pytest
 import torch
 
 from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
+from dsv41_kernels.sglang_plugin import dispatch
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 NAN, INF = float("nan"), float("inf")
@@ -132,3 +136,113 @@ def test_gpu_hidden_width_and_graph_replay(sglang):
         graph.replay()
         torch.cuda.synchronize()
         assert_pair_equal(out, sglang_pair(x, weight, 1e-6, norm), replay)
+
+
+# ---- the hook on MQALayer._normalize_q_lora -----------------------------------------------
+
+HOOK = "rmsnorm_quant_fp8._normalize_q_lora"
+
+
+class DeepGemmBlockLinear:
+    """What the hook reads of SM90's ``wq_b``: an ``Fp8LinearMethod`` for a [32, 32] ue8m0
+    checkpoint (SGLang's own dispatch partial), its weight and scales (1280 -> 8 heads x 512).
+    ``forward`` records its input (the layer calls ``wq_b(q)`` after the norm)."""
+
+    def __init__(self, device, *, dispatch=None):
+        from sglang.srt.layers.quantization import fp8_utils
+
+        self.quant_method = type("Fp8LinearMethod", (), {})()
+        method = self.quant_method
+        method.w8a8_block_fp8_linear = dispatch or functools.partial(
+            fp8_utils.deepgemm_w8a8_block_fp8_linear_with_fallback, act_scale_ue8m0=True
+        )
+        method.use_marlin = method.use_mxfp8 = method.block_fp8_as_mxfp8 = False
+        method.block_quant, method.weight_block_size = True, [32, 32]
+        self.weight = torch.zeros(4096, 1280, dtype=torch.float8_e4m3fn, device=device)
+        self.weight_scale_inv = torch.ones(128, 40, device=device)
+        self.use_intel_amx_backend = False
+
+
+def q_side_layer(device, wq_b=None):
+    """An ``MQALayer`` with V4.1's ``q_norm`` (SGLang's ``RMSNorm(1280)``, bf16 weight) and an
+    SM90 block-FP8 ``wq_b`` as the hook reads it; its constructor needs a distributed runtime,
+    so the real class gets the attributes ``_normalize_q_lora`` reads."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    layer = MQALayer.__new__(MQALayer)
+    torch.nn.Module.__init__(layer)
+    gen = torch.Generator().manual_seed(5)
+    norm = RMSNorm(1280, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(1280, generator=gen))
+    layer.q_norm = norm.to(device=device, dtype=torch.bfloat16)
+    layer.is_dsv41 = True
+    object.__setattr__(layer, "wq_b", wq_b or DeepGemmBlockLinear(device))
+    return layer
+
+
+def q_lora_view(rows, device, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, 1792, generator=gen) * 3).bfloat16().to(device)[:, :1280]
+
+
+def test_hook_is_on_the_call_site_and_declines_off_sm90(plugin, fired):
+    layer = q_side_layer("cpu")
+    q = q_lora_view(6, "cpu")
+    y, for_wq_b = layer._normalize_q_lora(q)
+    assert for_wq_b is y  # SGLang's own SM90 branch: the normed rows, twice
+    counts = fired()[HOOK]
+    assert counts["ours"] == 0 and any("not SM90" in r for r in counts["sglang"]), counts
+
+
+def test_declines_where_wq_b_would_not_take_the_pair(plugin, fired, monkeypatch):
+    """On a pretended SM90: the checks run in order up to the op's admission (CPU tensors: the
+    kernel refuses them), each reason counted."""
+    from sglang.srt.layers.quantization import fp8_utils
+
+    from dsv41_kernels.sglang_plugin import rmsnorm_quant_fp8 as hook
+
+    monkeypatch.setattr(hook, "get_platform", lambda: types.SimpleNamespace(is_sm90=True))
+    monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: True)
+    q = q_lora_view(6, "cpu")
+    cases = [
+        (DeepGemmBlockLinear("cpu", dispatch=lambda **k: None), "not the block-FP8 DeepGEMM"),
+        (DeepGemmBlockLinear("cpu"), "not a CUDA tensor"),
+    ]
+    marlin = DeepGemmBlockLinear("cpu")
+    marlin.quant_method.use_marlin = True
+    cases.append((marlin, "Marlin or MXFP8"))
+    blocks = DeepGemmBlockLinear("cpu")
+    blocks.quant_method.weight_block_size = [128, 128]
+    cases.append((blocks, "not [32, 32]"))
+    for wq_b, reason in cases:
+        dispatch.reset()
+        layer = q_side_layer("cpu", wq_b)
+        layer._normalize_q_lora(q)
+        (why,) = fired()[HOOK]["sglang"]
+        assert reason in why, (reason, why)
+    monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: False)
+    dispatch.reset()
+    q_side_layer("cpu")._normalize_q_lora(q)
+    (why,) = fired()[HOOK]["sglang"]
+    assert "Triton fallback" in why, why
+
+
+@pytest.mark.gpu
+@needs_staged_flashinfer()
+@pytest.mark.parametrize("rows", [1, 6, 64])
+def test_gpu_hook_returns_sglangs_pair(plugin, fired, monkeypatch, rows):
+    """Forced (no policy range measured yet), with ``wq_b`` as SM90 serves a V4.1 checkpoint:
+    SGLang's caller gets FlashInfer's normed rows and SGLang's (q, scales) of them."""
+    from sglang.srt.layers.quantization import fp8_utils
+
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "rmsnorm_quant_fp8")
+    monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: True)
+    layer = q_side_layer("cuda")
+    q = q_lora_view(rows, "cuda", seed=rows)
+    y, (codes, scales) = layer._normalize_q_lora(q)
+    assert fired()[HOOK] == {"ours": 1, "sglang": {}}
+    norm = layer.q_norm
+    theirs = sglang_pair(q, norm.weight, norm.variance_epsilon, flashinfer_rmsnorm())
+    assert_pair_equal((y, codes, scales), theirs, rows)

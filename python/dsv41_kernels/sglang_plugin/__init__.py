@@ -13,9 +13,11 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 (FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
-combine+norm in one launch), ``accept_greedy_epilogue`` (DSpark's static verify epilogue:
-the accept and its tail in one launch), ``sharded_accept_greedy`` (DSpark's verify logits at TP > 1
-left sharded for a greedy step; off until run on several GPUs).
+combine+norm in one launch), ``rmsnorm_quant_fp8`` (the attention's Q-side RMSNorm and the
+FP8 groups of ``wq_b``'s input on Hopper in one launch), ``accept_greedy_epilogue`` (DSpark's
+static verify epilogue: the accept and its tail in one launch), ``sharded_accept_greedy``
+(DSpark's verify logits at TP > 1 left sharded for a greedy step; off until run on several
+GPUs).
 
 Whether a hook takes a call is decided twice: the op's admission says whether ours can run on
 these arguments, the GPU's policy (:mod:`.policy`, written by ``dsv41-kernels calibrate``)
@@ -99,6 +101,11 @@ SITES = (
         "hc_boundary",
         f"{__name__}.hc_boundary",
         "mHC boundary: post + next statistics + next combine+norm -> hc_boundary",
+    ),
+    Site(
+        "rmsnorm_quant_fp8",
+        f"{__name__}.rmsnorm_quant_fp8",
+        "Q-side norm + FP8 groups on Hopper -> rmsnorm_quant_fp8",
     ),
     Site(
         "accept_greedy_epilogue",

@@ -64,6 +64,7 @@ SITE_SWITCH = {
     "inverse_rope_quant_fp8": "inverse_rope_quant_fp8",
     "hc_boundary": "hc_boundary",
     "accept_greedy_epilogue": "accept_greedy_epilogue",
+    "rmsnorm_quant_fp8": "rmsnorm_quant_fp8",
     "sharded_accept_greedy": "sharded_accept_greedy",
 }
 """Each call site a policy decides (the op its hook runs) and the switch it belongs to."""

@@ -1,0 +1,147 @@
+"""Call site ``rmsnorm_quant_fp8``: the attention's Q-side norm on Hopper ->
+:func:`dsv41_kernels.ops.quantization.rmsnorm_quant_fp8.rmsnorm_quant_fp8`.
+
+``MQALayer._normalize_q_lora(self, q)`` (``srt/models/deepseek_v4.py``) returns the bf16 rows
+the indexer reads and the input of ``wq_b``. SGLang 0.5.23 pre-quantizes that input only on
+Blackwell; on SM90 it returns ``(q_norm(q), q_norm(q))`` and ``wq_b``'s block-FP8 linear
+quantizes it again (``deepgemm_w8a8_block_fp8_linear_with_fallback(act_scale_ue8m0=True)``:
+``sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)``, then DeepGEMM). Ours returns
+``(y, (q, scales))`` from one launch, which that linear takes as it is (``Fp8LinearMethod.apply``
+hands a tuple to the same DeepGEMM call as its ``input_scale``): the same GEMM on the same
+operands, and ``y`` FlashInfer's bits (the op's contract).
+
+Declined, reason counted, wherever SGLang would not run exactly that pair and GEMM:
+- off SM90 (Blackwell fuses its own; ROCm has its own path);
+- a ``q`` or ``q_norm`` the plain ``sgl_kernel.rmsnorm`` branch would not take (not bf16 2-D,
+  variance override, HF cast, a fused static FP8 quant, batch-invariant mode);
+- a ``wq_b`` that is not the SM90 block-FP8 DeepGEMM linear with ue8m0 activations and
+  ``[32, 32]`` blocks (Marlin, MXFP8, the Triton fallback, packed UE8M0 scales), or under
+  sequence parallelism (its all-gather takes a tensor);
+- the policy, and the op's admission.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
+from sglang.srt.layers.quantization import fp8_utils
+from sglang.srt.plugins.hook_registry import HookType
+from sglang.srt.runtime_context import get_forward, get_platform
+from sglang.srt.utils import use_intel_amx_backend
+
+from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.ops.quantization.rmsnorm_quant_fp8 import (
+    rmsnorm_quant_fp8,
+    rmsnorm_quant_fp8_admission,
+)
+from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
+
+_TARGET = "sglang.srt.models.deepseek_v4.MQALayer._normalize_q_lora"
+HOOK = "rmsnorm_quant_fp8._normalize_q_lora"
+OFF_SM90 = refuse("not SM90: SGLang pre-quantizes q itself on Blackwell")
+
+
+def norm_refusal(norm, q) -> Admission | None:
+    """Why ``q_norm(q)`` would not be ``sgl_kernel.rmsnorm`` on SGLang's CUDA path, or None."""
+    if not isinstance(q, torch.Tensor) or q.dim() != 2 or q.dtype != torch.bfloat16:
+        return refuse("q is not a bf16 [T, d] tensor")
+    if q.shape[0] == 0:
+        return refuse("no rows")
+    weight = norm.weight
+    if weight.dtype != torch.bfloat16 or tuple(weight.shape) != (q.shape[1],):
+        return refuse("q_norm's weight is not bf16 [d]")
+    if norm.variance_size_override is not None or norm.cast_x_before_out_mul:
+        return refuse("an RMSNorm variant sgl_kernel.rmsnorm does not compute")
+    if getattr(norm, "_quant_linear", None) is not None:
+        return refuse("q_norm fuses a static FP8 quantization of its own")
+    if is_batch_invariant_mode_enabled():
+        return refuse("batch-invariant mode (SGLang's own norm kernel)")
+    return None
+
+
+def block_group(linear) -> tuple[int | None, str]:
+    """The group size ``linear`` quantizes its bf16 input with, where it is the SM90 block-FP8
+    DeepGEMM linear with power-of-two activation scales and would take a ``(q, scales)`` pair
+    to the same GEMM; else ``(None, why not)``."""
+    method = getattr(linear, "quant_method", None)
+    dispatch_fn = getattr(method, "w8a8_block_fp8_linear", None)
+    if not (
+        isinstance(dispatch_fn, functools.partial)
+        and dispatch_fn.func is fp8_utils.deepgemm_w8a8_block_fp8_linear_with_fallback
+        and dispatch_fn.keywords.get("act_scale_ue8m0")
+    ):
+        return None, "wq_b is not the block-FP8 DeepGEMM linear with ue8m0 activations"
+    if getattr(method, "use_marlin", False) or getattr(method, "use_mxfp8", False):
+        return None, "wq_b runs Marlin or MXFP8"
+    if getattr(method, "block_fp8_as_mxfp8", False) and getattr(
+        linear, "block_fp8_mxfp8_ready", False
+    ):
+        return None, "wq_b serves its block-FP8 weight as MXFP8"
+    block = list(getattr(method, "weight_block_size", None) or ())
+    if not getattr(method, "block_quant", False) or block != [32, 32]:
+        return None, f"wq_b's blocks {block} are not [32, 32]"
+    if use_intel_amx_backend(linear):
+        return None, "wq_b runs on Intel AMX"
+    weight, scales = linear.weight, linear.weight_scale_inv
+    if not fp8_utils._deepgemm_block_fp8_supported(weight.shape, block, torch.bfloat16):
+        return None, "DeepGEMM does not take wq_b here (SGLang's Triton fallback)"
+    if fp8_utils._ue8m0_deepgemm_skips_block32(block, scales, scales):
+        return None, "UE8M0 DeepGEMM takes no pre-quantized block-32 input"
+    try:
+        sequence_parallel = get_forward().sp_active
+    except Exception:  # no forward context published: not a server step
+        sequence_parallel = False
+    if sequence_parallel:
+        return None, "sequence parallelism (wq_b all-gathers a tensor input)"
+    return block[1], ""
+
+
+def q_side_admission(layer, q) -> tuple[Admission, int | None]:
+    """Ours for this ``_normalize_q_lora`` call, or SGLang's, and the group size."""
+    if not get_platform().is_sm90:
+        return OFF_SM90, None
+    refusal = norm_refusal(layer.q_norm, q)
+    if refusal is not None:
+        return refusal, None
+    group, why = block_group(layer.wq_b)
+    if group is None:
+        return refuse(why), None
+    slower = policy_refusal("rmsnorm_quant_fp8", q)
+    if slower is not None:
+        return slower, None
+    norm = layer.q_norm
+    return rmsnorm_quant_fp8_admission(
+        q, norm.weight, norm.variance_epsilon, group_size=group
+    ), group
+
+
+def normalize_q_lora_hook(original, self, q):
+    admission, group = q_side_admission(self, q)
+
+    def ours():
+        norm = self.q_norm
+        y, codes, scales = rmsnorm_quant_fp8(
+            q, norm.weight, norm.variance_epsilon, group_size=group, admission=admission
+        )
+        return y, (codes, scales)
+
+    return dispatch.run(
+        HOOK,
+        admission,
+        ours,
+        lambda: original(self, q),
+        # The rows feed every attention-TP rank's heads: a rank falling back alone would give
+        # SGLang's bits where the others give ours if the two ever differed.
+        replicated=True,
+    )
+
+
+HOOKS = ((_TARGET, normalize_q_lora_hook, HookType.AROUND),)
+REQUIRES = (
+    "sglang.srt.layers.quantization.fp8_utils._deepgemm_block_fp8_supported",
+    "sglang.srt.layers.quantization.fp8_utils._ue8m0_deepgemm_skips_block32",
+    "sglang.srt.layers.quantization.fp8_utils.deepgemm_w8a8_block_fp8_linear_with_fallback",
+)
