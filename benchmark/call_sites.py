@@ -24,7 +24,7 @@ import sys
 
 import torch
 from benchmark import record as results
-from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record
+from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record, sgl_kernel_rmsnorm
 
 from dsv41_kernels.calibration.drivers import SITES, inner_calls, measure
 from dsv41_kernels.timing import graph_time_us
@@ -53,23 +53,26 @@ def main() -> None:
     records = []
     print(f"{name}: SGLang 0.5.23's call sites, its function against ours (CUDA-graph medians, us)")
     print(f"{'op':<22} {'shape':<44} {'sglang-0.5.23':>14} {'ours':>14} {'ratio':>6}")
-    for site in args.sites.split(","):
-        for case in SITES[site].cases(device):
-            op, shape, times = case.op, case.shape, {}
-            for arm, us, why in measure(case, timed):
-                times[arm] = us
-                if why is not None:  # an arm that cannot run here, or ours declined
-                    print(f"  {op} {shape} [{arm}]: {why}", file=sys.stderr)
-                fields = {"call_site": SITES[site].call_site, "rows": case.rows}
-                if op == "inverse_rope_quant_fp8":
-                    fields["series"] = shape.split(":")[0].split(", ")[1]  # "TP 4"
-                if why is not None:
-                    fields["error"] = why
-                records.append(record(op, shape, arm, us, **fields))
-            base, ours = times[SGLANG_ARM], times[OURS_ARM]
-            fmt = lambda us: "-" if us is None else f"{us:.2f}"
-            ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"
-            print(f"{op:<22} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True)
+    with sgl_kernel_rmsnorm():  # SGLang's RMSNorm branch where sgl_kernel is a stand-in
+        for site in args.sites.split(","):
+            for case in SITES[site].cases(device):
+                op, shape, times = case.op, case.shape, {}
+                for arm, us, why in measure(case, timed):
+                    times[arm] = us
+                    if why is not None:  # an arm that cannot run here, or ours declined
+                        print(f"  {op} {shape} [{arm}]: {why}", file=sys.stderr)
+                    fields = {"call_site": SITES[site].call_site, "rows": case.rows}
+                    if op == "inverse_rope_quant_fp8":
+                        fields["series"] = shape.split(":")[0].split(", ")[1]  # "TP 4"
+                    if why is not None:
+                        fields["error"] = why
+                    records.append(record(op, shape, arm, us, **fields))
+                base, ours = times[SGLANG_ARM], times[OURS_ARM]
+                fmt = lambda us: "-" if us is None else f"{us:.2f}"
+                ratio = "-" if None in (base, ours) else f"{ours / base:.3f}"
+                print(
+                    f"{op:<22} {shape:<44} {fmt(base):>14} {fmt(ours):>14} {ratio:>6}", flush=True
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": name, "records": records}, f, indent=2)

@@ -21,6 +21,10 @@ FlashMLA decode + schedule      3    one schedule per FlashMLA metadata object p
                                      ratios of DeepSeek-V4's layers; the published GB300 figure
                                      counts 4), q ``[6, 1, 64, 512]``: b = 6, s_q = 1
 ``vision_topk``                40    one router per MoE layer of a checkpoint with a vision tower
+Q side                         40    ``MQALayer._normalize_q_lora`` (``q_norm``) and the FP8
+                                     group quantization ``wq_b``'s SM90 linear applies to its
+                                     bf16 input (32 columns, power-of-two scales), one per
+                                     attention layer: q_lora ``[6, 1280]`` of ``[6, 1792]``
 attention output -> wo_a       40    ``MQALayer.forward``'s inverse RoPE and FP8 group quantizer
                                      before the FP8 ``wo_a`` (SM90), one per attention layer, at
                                      TP 4's shape: o ``[6, 16, 512]`` in the 64-head padded buffer
@@ -55,7 +59,7 @@ import sys
 
 import torch
 from benchmark import record as results
-from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record
+from benchmark.kernels.common import OURS_ARM, SGLANG_ARM, record, sgl_kernel_rmsnorm
 
 from dsv41_kernels.calibration import callers, flashmla
 from dsv41_kernels.calibration.drivers import FATAL, error_text
@@ -167,6 +171,23 @@ def router_group(device):
     return run, ((deepseek_v2, ("vision_topk",)),), "40 x T 6, E 384, top-6"
 
 
+def q_side_group(device):
+    """Each attention layer's Q side between ``wqkv_a`` and ``wq_b``'s GEMM: SGLang's
+    ``_normalize_q_lora`` (``q_norm``) and the quantization ``wq_b``'s SM90 linear applies to
+    its bf16 input; ours, the pair from one launch, which the linear takes as it is."""
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    layers = [callers.q_side_layer(device, seed=i) for i in range(LAYERS)]
+    inputs = [callers.q_lora_view(callers.VERIFY_ROWS, device, seed=i) for i in range(LAYERS)]
+
+    def run():
+        for layer, q in zip(layers, inputs):
+            callers.wq_b_input(layer._normalize_q_lora(q)[1])
+
+    patch = ((MQALayer, ("_normalize_q_lora",)),)
+    return run, patch, "40 x [6, 1280] bf16 of [6, 1792], group 32"
+
+
 def wo_a_group(device):
     from sglang.srt.models import deepseek_v4
 
@@ -206,6 +227,8 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
+    stack = contextlib.ExitStack()
+    stack.enter_context(sgl_kernel_rmsnorm())  # SGLang's norm where sgl_kernel is a stand-in
     device = torch.device("cuda")
     name = torch.cuda.get_device_name()
     layers = mhc_layers(device)
@@ -219,6 +242,7 @@ def main() -> None:
         ),
         ("decoding_sched_meta", "FlashMLA decode + schedule", len(SCHEDULES), *sched_group(device)),
         ("moe_fused_gate", "vision router", LAYERS, *router_group(device)),
+        ("rmsnorm_quant_fp8", "Q side: q_norm + wq_b's FP8 groups", LAYERS, *q_side_group(device)),
         ("inverse_rope_quant_fp8", "attention output -> FP8 wo_a", LAYERS, *wo_a_group(device)),
     ]
     records, runnable, ran = [], [], []
@@ -243,6 +267,7 @@ def main() -> None:
                            repeats=args.repeats)
         for arm in ARMS
     }  # fmt: skip
+    stack.close()
     shape = "BS 1, 6 verify rows, 40 layers"
     for arm in ARMS:
         fields = {"call_site": "the groups that ran in both arms, one graph", "groups": ran}

@@ -24,6 +24,7 @@ Python puts this folder first on the path, which is how ``import common`` resolv
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import sys
@@ -126,6 +127,39 @@ def flashinfer_rmsnorm(device_index: int = 0):
     source = Path(__file__).with_name("flashinfer_rmsnorm.cu")
     module = build_beside(source, device_index, flags=("-use_fast_math",), include_paths=include)
     return module.flashinfer_rmsnorm
+
+
+@contextlib.contextmanager
+def sgl_kernel_rmsnorm(device_index: int = 0):
+    """Where ``sgl_kernel`` is a stand-in (the H200's SGLang environment: its wheel does not
+    load on torch 2.11), SGLang's ``RMSNorm`` CUDA branch (``layernorm.rmsnorm``) runs what
+    ``sgl_kernel.rmsnorm`` is inside the block: FlashInfer's RMSNorm built with its fast-math
+    flags (:func:`flashinfer_rmsnorm`; a new contiguous output, as ``sgl_kernel``'s). Elsewhere,
+    or without FlashInfer's staged headers, nothing changes."""
+    try:
+        from sglang.srt.layers import layernorm
+    except Exception:  # SGLang not importable: its arms record why themselves
+        yield
+        return
+    if type(getattr(layernorm, "rmsnorm", None)).__name__ != "_PlaceholderMeta":
+        yield
+        return
+    norm = flashinfer_rmsnorm(device_index)
+    if norm is None:
+        yield
+        return
+
+    def rmsnorm(x, weight, eps, out=None, enable_pdl=None):
+        y = torch.empty(x.shape, dtype=x.dtype, device=x.device) if out is None else out
+        norm(x, weight, y, eps)
+        return y
+
+    stand_in = layernorm.rmsnorm
+    layernorm.rmsnorm = rmsnorm
+    try:
+        yield
+    finally:
+        layernorm.rmsnorm = stand_in
 
 
 def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:

@@ -10,7 +10,6 @@ values."""
 
 from __future__ import annotations
 
-import functools
 import types
 
 import pytest
@@ -18,6 +17,7 @@ import torch
 
 from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 from dsv41_kernels.sglang_plugin import dispatch
+from test.sglang import callers
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 NAN, INF = float("nan"), float("inf")
@@ -143,48 +143,9 @@ def test_gpu_hidden_width_and_graph_replay(sglang):
 HOOK = "rmsnorm_quant_fp8._normalize_q_lora"
 
 
-class DeepGemmBlockLinear:
-    """What the hook reads of SM90's ``wq_b``: an ``Fp8LinearMethod`` for a [32, 32] ue8m0
-    checkpoint (SGLang's own dispatch partial), its weight and scales (1280 -> 8 heads x 512).
-    ``forward`` records its input (the layer calls ``wq_b(q)`` after the norm)."""
-
-    def __init__(self, device, *, dispatch=None):
-        from sglang.srt.layers.quantization import fp8_utils
-
-        self.quant_method = type("Fp8LinearMethod", (), {})()
-        method = self.quant_method
-        method.w8a8_block_fp8_linear = dispatch or functools.partial(
-            fp8_utils.deepgemm_w8a8_block_fp8_linear_with_fallback, act_scale_ue8m0=True
-        )
-        method.use_marlin = method.use_mxfp8 = method.block_fp8_as_mxfp8 = False
-        method.block_quant, method.weight_block_size = True, [32, 32]
-        self.weight = torch.zeros(4096, 1280, dtype=torch.float8_e4m3fn, device=device)
-        self.weight_scale_inv = torch.ones(128, 40, device=device)
-        self.use_intel_amx_backend = False
-
-
-def q_side_layer(device, wq_b=None):
-    """An ``MQALayer`` with V4.1's ``q_norm`` (SGLang's ``RMSNorm(1280)``, bf16 weight) and an
-    SM90 block-FP8 ``wq_b`` as the hook reads it; its constructor needs a distributed runtime,
-    so the real class gets the attributes ``_normalize_q_lora`` reads."""
-    from sglang.srt.layers.layernorm import RMSNorm
-    from sglang.srt.models.deepseek_v4 import MQALayer
-
-    layer = MQALayer.__new__(MQALayer)
-    torch.nn.Module.__init__(layer)
-    gen = torch.Generator().manual_seed(5)
-    norm = RMSNorm(1280, eps=1e-6)
-    with torch.no_grad():
-        norm.weight.copy_(1 + 0.1 * torch.randn(1280, generator=gen))
-    layer.q_norm = norm.to(device=device, dtype=torch.bfloat16)
-    layer.is_dsv41 = True
-    object.__setattr__(layer, "wq_b", wq_b or DeepGemmBlockLinear(device))
-    return layer
-
-
-def q_lora_view(rows, device, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return (torch.randn(rows, 1792, generator=gen) * 3).bfloat16().to(device)[:, :1280]
+DeepGemmBlockLinear = callers.BlockFp8WqB
+q_side_layer = callers.q_side_layer
+q_lora_view = callers.q_lora_view
 
 
 def test_hook_is_on_the_call_site_and_declines_off_sm90(plugin, fired):

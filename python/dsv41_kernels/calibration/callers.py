@@ -10,6 +10,7 @@ that never fires in a server fails there.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import pkgutil
 import types
@@ -301,3 +302,67 @@ def attention_output_to_wo_a(layer, o: torch.Tensor, positions: torch.Tensor):
         return o_fp8.view(t, g, d), o_s.view(t, g, -1)
 
     return hooks.forward_hook(output_path, layer)
+
+
+# ---- rmsnorm_quant_fp8: the attention's Q side on Hopper ---------------------------------------
+
+Q_LORA_RANK, QKV_A_WIDTH = 1280, 1792  # DeepSeek-V4.1-Flash: q_lora inside wqkv_a's output
+WQ_B_GROUP = 32  # V4.1's [32, 32] ue8m0 block-FP8 checkpoint
+
+
+class BlockFp8WqB:
+    """What SM90 holds for V4.1's ``wq_b`` and the hook reads: an ``Fp8LinearMethod`` for a
+    ``[32, 32]`` ue8m0 checkpoint (SGLang's own dispatch partial,
+    ``deepgemm_w8a8_block_fp8_linear_with_fallback(act_scale_ue8m0=True)``), its fp8 weight
+    (1280 -> 8 heads of 512) and fp32 block scales. The GEMM itself is not modelled: both arms
+    hand it the same operands."""
+
+    def __init__(self, device, *, dispatch=None):
+        from sglang.srt.layers.quantization import fp8_utils
+
+        method = self.quant_method = type("Fp8LinearMethod", (), {})()
+        method.w8a8_block_fp8_linear = dispatch or functools.partial(
+            fp8_utils.deepgemm_w8a8_block_fp8_linear_with_fallback, act_scale_ue8m0=True
+        )
+        method.use_marlin = method.use_mxfp8 = method.block_fp8_as_mxfp8 = False
+        method.block_quant, method.weight_block_size = True, [WQ_B_GROUP, WQ_B_GROUP]
+        self.weight = torch.zeros(4096, Q_LORA_RANK, dtype=torch.float8_e4m3fn, device=device)
+        self.weight_scale_inv = torch.ones(4096 // 32, Q_LORA_RANK // 32, device=device)
+        self.use_intel_amx_backend = False
+
+
+def q_side_layer(device, wq_b=None, *, seed: int = 5):
+    """An ``MQALayer`` with V4.1's ``q_norm`` (SGLang's ``RMSNorm(1280)``, bf16 weight) and
+    ``wq_b`` (:class:`BlockFp8WqB` unless given); its constructor needs a distributed runtime,
+    so the real class gets the attributes ``_normalize_q_lora`` reads."""
+    from sglang.srt.layers.layernorm import RMSNorm
+    from sglang.srt.models.deepseek_v4 import MQALayer
+
+    layer = MQALayer.__new__(MQALayer)
+    torch.nn.Module.__init__(layer)
+    gen = torch.Generator().manual_seed(seed)
+    norm = RMSNorm(Q_LORA_RANK, eps=1e-6)
+    with torch.no_grad():
+        norm.weight.copy_(1 + 0.1 * torch.randn(Q_LORA_RANK, generator=gen))
+    layer.q_norm = norm.to(device=device, dtype=torch.bfloat16)
+    layer.is_dsv41 = True
+    object.__setattr__(layer, "wq_b", wq_b or BlockFp8WqB(device))
+    return layer
+
+
+def q_lora_view(rows: int, device, *, seed: int = 0) -> torch.Tensor:
+    """``q_lora`` as the attention normalizes it: the first 1280 columns of ``wqkv_a``'s bf16
+    ``[rows, 1792]`` output."""
+    gen = torch.Generator().manual_seed(seed)
+    qkv_a = torch.randn(rows, QKV_A_WIDTH, generator=gen) * 3
+    return qkv_a.bfloat16().to(device)[:, :Q_LORA_RANK]
+
+
+def wq_b_input(for_wq_b):
+    """What ``wq_b``'s SM90 linear hands DeepGEMM: a ``(q, scales)`` pair as it is, a bf16
+    tensor quantized by SGLang's ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)``."""
+    if isinstance(for_wq_b, tuple):
+        return for_wq_b
+    from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
+
+    return sglang_per_token_group_quant_fp8(for_wq_b, WQ_B_GROUP, scale_ue8m0=True)

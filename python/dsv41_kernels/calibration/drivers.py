@@ -39,6 +39,7 @@ figure and its reason."""
 VOCAB = 129280
 ACCEPT_BS = (1, 2, 4, 8, 16, 32, 64)
 EPILOGUE_BS = (1, 2, 4, 6, 8, 10, 16, 32, 64)
+Q_SIDE_ROWS = (6, 12, 24, 48, 96, 192, 384)
 ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 192, 256) + (512, 1024, 2048, 4096, 8192)
 MHC_ROWS += (16384, 65536)
@@ -135,6 +136,24 @@ def epilogue_cases(device) -> list[Case]:
             _at(build, bs),
         )
         for bs in EPILOGUE_BS
+    ]
+
+
+def q_side_cases(device) -> list[Case]:
+    """``MQALayer._normalize_q_lora`` on ``q_lora``'s view at verify rows, then the
+    quantization ``wq_b``'s SM90 linear applies to a bf16 input (none to our pair): the work
+    between ``wqkv_a`` and ``wq_b``'s GEMM."""
+    layer = functools.cache(lambda: callers.q_side_layer(device))
+
+    def build(rows):
+        q = callers.q_lora_view(rows, device, seed=rows)
+        v41 = layer()
+        return lambda: callers.wq_b_input(v41._normalize_q_lora(q)[1])
+
+    sglang = ((f"{DEEPSEEK_V4}.MQALayer", ("_normalize_q_lora",)),)
+    return [
+        Case("rmsnorm_quant_fp8", f"[{r}, 1280] bf16 of [{r}, 1792]", r, sglang, _at(build, r))
+        for r in Q_SIDE_ROWS
     ]
 
 
@@ -316,6 +335,9 @@ SITES = {
         "deepseek_v4_mhc.combine", functools.partial(mhc_cases, site="hc_combine_norm")
     ),
     "hc_boundary": Driver("deepseek_v4_mhc.run_attn_post + combine", boundary_cases),
+    "rmsnorm_quant_fp8": Driver(
+        "MQALayer._normalize_q_lora + wq_b's input quantization", q_side_cases
+    ),
     "moe_fused_gate": Driver("deepseek_v2.vision_topk", router_cases),
     "decoding_sched_meta": Driver(
         "FlashMLA decode with its schedule (the backend's precompute)", sched_cases
