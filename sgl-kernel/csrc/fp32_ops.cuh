@@ -45,10 +45,11 @@ __device__ __forceinline__ float fma_ftz(float a, float b, float c) {
   asm("fma.rn.ftz.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
   return d;
 }
-// a / b as fast math compiles `/`: a times the hardware reciprocal of b (MUFU.RCP), flushed.
-__device__ __forceinline__ float div_approx_ftz(float a, float b) {
+// The hardware reciprocal (MUFU.RCP), subnormals flushed: what fast math's `a / b` multiplies
+// a by (div.approx.ftz).
+__device__ __forceinline__ float rcp_approx_ftz(float a) {
   float d;
-  asm("div.approx.ftz.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(d) : "f"(a));
   return d;
 }
 // The hardware reciprocal square root (MUFU.RSQ), subnormals flushed.

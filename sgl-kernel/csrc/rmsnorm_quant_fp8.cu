@@ -8,7 +8,9 @@
 //  - the norm (FlashInfer's RMSNormKernel, one round): the thread's Σx² as a chain of
 //    fma.rn.ftz from 0 in column order, a butterfly over the warp (xor 16 .. 1, add.rn.ftz),
 //    the warps' sums the same way in warp 0 (lanes past the warps adding 0);
-//    rms = rsqrt.approx.ftz(add.ftz(div.approx.ftz(Σ, d), eps));
+//    rms = rsqrt.approx.ftz(fma.rn.ftz(Σ, rcp.approx.ftz(d), eps)): FlashInfer's
+//    `Σ / d + eps` is div.approx.ftz then add.ftz in PTX, which ptxas lowers to MUFU.RCP and
+//    fuses into one FFMA.FTZ (nvcc 13.0, sm_90a); written here as that FFMA, not left to ptxas;
 //    y = bf16_rn(mul.ftz(mul.ftz(x, rms), add.ftz(0, w)))  (cvt.rn.bf16.f32: NaN -> 0x7FFF);
 //  - the quantization of y (SGLang's kernel with scale_ue8m0, row-major fp32 scales), per group
 //    of `group` columns (group / 8 lanes): amax = fmaxf over 1e-10 and |y| (NaN ignored), then
@@ -112,7 +114,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_quant_fp8_kernel(const __grid_co
   }
   __syncthreads();
   const float rms =
-      rsqrt_approx(add_ftz(div_approx_ftz(partial[0], static_cast<float>(p.d)), p.eps));
+      rsqrt_approx(fma_ftz(partial[0], rcp_approx_ftz(static_cast<float>(p.d)), p.eps));
   float y[kVec];
   uint16_t yb[kVec];
   float amax = kAmaxFloor;

@@ -10,6 +10,7 @@ values."""
 
 from __future__ import annotations
 
+import contextlib
 import types
 
 import pytest
@@ -180,14 +181,24 @@ def test_declines_where_wq_b_would_not_take_the_pair(plugin, fired, monkeypatch)
     for wq_b, reason in cases:
         dispatch.reset()
         layer = q_side_layer("cpu", wq_b)
-        layer._normalize_q_lora(q)
+        layer.q_norm._forward_method = layer.q_norm.forward_cuda  # as on a CUDA machine
+        # SGLang's CUDA norm cannot run here; the hook counted its decision before calling it.
+        with contextlib.suppress(NameError):
+            layer._normalize_q_lora(q)
         (why,) = fired()[HOOK]["sglang"]
         assert reason in why, (reason, why)
     monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: False)
     dispatch.reset()
-    q_side_layer("cpu")._normalize_q_lora(q)
+    layer = q_side_layer("cpu")
+    layer.q_norm._forward_method = layer.q_norm.forward_cuda
+    with contextlib.suppress(NameError):
+        layer._normalize_q_lora(q)
     (why,) = fired()[HOOK]["sglang"]
     assert "Triton fallback" in why, why
+    dispatch.reset()
+    q_side_layer("cpu")._normalize_q_lora(q)  # a CPU norm dispatches to its CPU forward
+    (why,) = fired()[HOOK]["sglang"]
+    assert "does not dispatch to its CUDA forward" in why, why
 
 
 @pytest.mark.gpu

@@ -13,7 +13,8 @@ operands, and ``y`` FlashInfer's bits (the op's contract).
 Declined, reason counted, wherever SGLang would not run exactly that pair and GEMM:
 - off SM90 (Blackwell fuses its own; ROCm has its own path);
 - a ``q`` or ``q_norm`` the plain ``sgl_kernel.rmsnorm`` branch would not take (not bf16 2-D,
-  variance override, HF cast, a fused static FP8 quant, batch-invariant mode);
+  variance override, HF cast, a fused static FP8 quant, batch-invariant mode, a dispatch to
+  anything but ``forward_cuda``: torch.compile, a forced fused-op backend);
 - a ``wq_b`` that is not the SM90 block-FP8 DeepGEMM linear with ue8m0 activations and
   ``[32, 32]`` blocks (Marlin, MXFP8, the Triton fallback, packed UE8M0 scales), or under
   sequence parallelism (its all-gather takes a tensor);
@@ -25,7 +26,9 @@ from __future__ import annotations
 import functools
 
 import torch
+from sglang.kernels.fused_op import get_fused_op_backend
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
+from sglang.srt.layers.layernorm import RMSNorm
 from sglang.srt.layers.quantization import fp8_utils
 from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_forward, get_platform
@@ -59,6 +62,11 @@ def norm_refusal(norm, q) -> Admission | None:
         return refuse("q_norm fuses a static FP8 quantization of its own")
     if is_batch_invariant_mode_enabled():
         return refuse("batch-invariant mode (SGLang's own norm kernel)")
+    if norm.is_torch_compile or torch.compiler.is_compiling() or get_fused_op_backend() is not None:
+        return refuse("q_norm runs its torch reference (torch.compile or a forced op backend)")
+    method = norm._forward_method or norm._resolve_forward_method()  # as its first call resolves
+    if getattr(method, "__func__", None) is not RMSNorm.forward_cuda:
+        return refuse("q_norm does not dispatch to its CUDA forward")
     return None
 
 
