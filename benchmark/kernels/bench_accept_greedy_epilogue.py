@@ -23,24 +23,15 @@ from dsv41_kernels.ops.speculative.accept_greedy_epilogue import (
     accept_greedy_epilogue,
     accept_greedy_epilogue_admission,
     epilogue_torch,
+    new_outputs,
 )
 
 VOCAB = 129280
 N = 6
 
 
-def outputs(bs: int, n: int = N) -> EpilogueOuts:
-    empty = lambda *shape, dtype: torch.empty(*shape, dtype=dtype, device="cuda")
-    i32, i64 = torch.int32, torch.int64
-    return EpilogueOuts(
-        empty(bs, dtype=i64),
-        empty(bs, dtype=i64),
-        empty(bs, dtype=i32),
-        empty(bs, dtype=i32),
-        empty(bs, dtype=i64),
-        empty(bs, n, dtype=i64),
-        empty(bs, dtype=i32),
-    )
+def outputs(bs: int) -> EpilogueOuts:
+    return new_outputs(bs, N, "cuda")
 
 
 def equal(a, b) -> bool:

@@ -7,10 +7,10 @@ import torch
 
 from dsv41_kernels.cases.common import CheckCase, bit_mismatches, verify_inputs
 from dsv41_kernels.ops.speculative.accept_greedy_epilogue import (
-    EpilogueOuts,
     accept_greedy_epilogue,
     accept_greedy_epilogue_admission,
     epilogue_torch,
+    new_outputs,
 )
 from dsv41_kernels.reference.accept_greedy_epilogue import accept_greedy_epilogue as reference
 
@@ -26,20 +26,7 @@ def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
     gate = torch.ones(1, dtype=torch.int32, device=device)
     inputs = (candidates, logits, seq_lens, verify_lens, gate)
 
-    def outs() -> EpilogueOuts:
-        empty = lambda *shape, dtype: torch.empty(*shape, dtype=dtype, device=device)
-        i32, i64 = torch.int32, torch.int64
-        return EpilogueOuts(
-            empty(bs, dtype=i64),
-            empty(bs, dtype=i64),
-            empty(bs, dtype=i32),
-            empty(bs, dtype=i32),
-            empty(bs, dtype=i64),
-            empty(bs, n, dtype=i64),
-            empty(bs, dtype=i32),
-        )
-
-    out, baseline_out = outs(), outs()
+    out, baseline_out = new_outputs(bs, n, device), new_outputs(bs, n, device)
     return [
         CheckCase(
             op="accept_greedy_epilogue",

@@ -16,6 +16,7 @@ from dsv41_kernels.ops.speculative.accept_greedy_epilogue import (
     EpilogueOuts,
     accept_greedy_epilogue,
     accept_greedy_epilogue_admission,
+    new_outputs,
 )
 from dsv41_kernels.reference.accept_greedy_epilogue import accept_greedy_epilogue as reference
 from test.machine import DEVICE, needs_kernel
@@ -54,16 +55,11 @@ def make_case(bs, n, vocab, gen, *, cand_dtype=torch.int64, seq_dtype=torch.int6
 
 def new_outs(bs, n, device, *, seq_dtype=torch.int64, gated=True, fill=-7) -> EpilogueOuts:
     """Outputs filled with garbage, so an unwritten element shows."""
-    full = lambda shape, dtype: torch.full(shape, fill, dtype=dtype, device=device)
-    return EpilogueOuts(
-        full((bs,), torch.int64),
-        full((bs,), torch.int64),
-        full((bs,), torch.int32),
-        full((bs,), torch.int32),
-        full((bs,), seq_dtype),
-        full((bs, n), torch.int64),
-        full((bs,), torch.int32) if gated else None,
-    )
+    out = new_outputs(bs, n, device, seq_dtype=seq_dtype, gated=gated)
+    for t in out:
+        if t is not None:
+            t.fill_(fill)
+    return out
 
 
 def assert_same(ours: EpilogueOuts, ref) -> None:

@@ -58,6 +58,24 @@ class EpilogueOuts(NamedTuple):
     gated: torch.Tensor | None  # int32
 
 
+def new_outputs(
+    bs: int, n: int, device, *, seq_dtype: torch.dtype = torch.int64, gated: bool = True
+) -> EpilogueOuts:
+    """Empty outputs of ``bs`` requests of ``n`` verify rows (the gated lengths' only with
+    ``gated``), for callers without SGLang's static buffers."""
+    empty = lambda *shape, dtype: torch.empty(*shape, dtype=dtype, device=device)
+    i32, i64 = torch.int32, torch.int64
+    return EpilogueOuts(
+        empty(bs, dtype=i64),
+        empty(bs, dtype=i64),
+        empty(bs, dtype=i32),
+        empty(bs, dtype=i32),
+        empty(bs, dtype=seq_dtype),
+        empty(bs, n, dtype=i64),
+        empty(bs, dtype=i32) if gated else None,
+    )
+
+
 def _validate(candidates, logits, seq_lens, verify_lens, gate, out: EpilogueOuts) -> None:
     validate_logits(logits)
     validate_accept_arguments(candidates, logits.shape[0], None, None, logits.device)
