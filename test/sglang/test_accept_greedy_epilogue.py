@@ -87,7 +87,6 @@ def test_ours_writes_sglangs_buffers_through_its_caller(plugin, fired, bs, live)
 
 DECLINES = {
     "fused tail": (dict(fused_accept_tail=True), "SGLang's fused accept tail serves it"),
-    "TP broadcast": (dict(world_size=2), "accept-site TP broadcast"),
     "simulated length": (
         dict(simulated_correct_len=torch.tensor([2], dtype=torch.int32)),
         "simulated accept length",
@@ -104,11 +103,35 @@ def test_declines_where_sglangs_steps_must_run(plugin, fired, case):
     declined = step.run(epilogue)
     (why,) = fired()[HOOK]["sglang"]
     assert reason in why, why
-    if case == "TP broadcast":  # rank 0's accept, broadcast before the tail reads it
-        assert [t.dtype for t in epilogue.broadcasts] == [torch.int32, torch.int64, torch.int32]
     with callers.stock_epilogue():
         stock = step.run(step.epilogue(2, **flags))
     assert_same(declined, stock, case)
+
+
+@pytest.mark.parametrize("rank0", [False, True], ids=["own values", "rank 0's values"])
+def test_takes_the_epilogue_under_the_tp_broadcast(plugin, fired, rank0):
+    """At TP 2 with the accept-site broadcast (SGLang's default there): ours makes SGLang's
+    three broadcasts, in its order and dtypes, between its two launches, and its buffers equal
+    the stock epilogue's given the same broadcast values (rank 0's, other than this rank's)."""
+    values = None
+    if rank0:
+        values = (
+            torch.tensor([4, 1], dtype=torch.int32),
+            torch.tensor([7, 9]),
+            torch.tensor([0, 0], dtype=torch.int32),
+        )
+    step = commit_step(2, 2, seed=14, vocab=4099)
+    epilogue = step.epilogue(2, world_size=2, rank0_values=values)
+    ours = step.run(epilogue)
+    assert fired()[HOOK] == {"ours": 1, "sglang": {}}
+    assert [t.dtype for t in epilogue.broadcasts] == [torch.int32, torch.int64, torch.int32]
+    with callers.stock_epilogue():
+        stock_epilogue = step.epilogue(2, world_size=2, rank0_values=values)
+        stock = step.run(stock_epilogue)
+    assert [t.dtype for t in stock_epilogue.broadcasts] == [t.dtype for t in epilogue.broadcasts]
+    assert_same(ours, stock, "TP broadcast")
+    if rank0:
+        assert ours[0]["bonus"].tolist() == [7, 9]
 
 
 def test_declines_with_the_block_accept_lengths(plugin, fired):

@@ -77,21 +77,31 @@ def sglang_functions(module, *names):
 
 
 def verify_epilogue(
-    max_bs: int, device, *, fused_argmax: bool = True, world_size: int = 1, **flags
+    max_bs: int,
+    device,
+    *,
+    fused_argmax: bool = True,
+    world_size: int = 1,
+    rank0_values=None,
+    **flags,
 ):
     """DSpark's ``DsparkVerifyEpilogue`` for a DeepSeek-V4.1 target (``fused_argmax``, as
     ``target_uses_fused_argmax`` gives it), static verify mode, no KV commit, ``flags`` passed
     on (``fused_accept_tail``, ...), and a TP group of ``world_size`` ranks whose broadcast
-    records what it is given (``epilogue.broadcasts``)."""
+    records what it is given (``epilogue.broadcasts``) and, with ``rank0_values``, writes the
+    i-th of them into the i-th tensor broadcast, as rank 0's values arrive on another rank."""
     from sglang.srt.speculative.dspark_components.dspark_verify import DsparkVerifyEpilogue
     from sglang.srt.speculative.spec_tp_sync import SpecTpSync
 
     broadcasts = []
-    group = types.SimpleNamespace(
-        world_size=world_size,
-        rank_in_group=0,
-        broadcast=lambda values, src=0: broadcasts.append(values.clone()) or values,
-    )
+
+    def broadcast(values, src=0):
+        broadcasts.append(values.clone())
+        if rank0_values is not None:
+            values.copy_(rank0_values[len(broadcasts) - 1])
+        return values
+
+    group = types.SimpleNamespace(world_size=world_size, rank_in_group=0, broadcast=broadcast)
     epilogue = DsparkVerifyEpilogue(
         max_bs=max_bs,
         verify_num_draft_tokens=VERIFY_ROWS,

@@ -10,11 +10,14 @@ buffers ``read_accept(bs)``) and the gated commit lengths: 14 launches with our 
 ``gated_commit_lens_buf``, as its fused tail does) in the accept's one launch, bitwise SGLang's
 outputs over ``torch.argmax``.
 
+Under the accept-site TP broadcast (``SGLANG_SPEC_TP_SYNC`` holds ``dspark-accept-graph``, the
+default at TP > 1) rank 0's accept must replace every rank's before the tail reads it: ours is
+then two launches around SGLang's own three broadcasts, made in its order and dtypes, so the
+collectives match whichever path each rank takes.
+
 Declined, with the reason counted (the accept then runs in SGLang's steps, where the
 ``accept_greedy`` hook still takes it):
 - SGLang's fused accept tail serves the batch (``SGLANG_DSPARK_FUSED_ACCEPT_TAIL=1``);
-- the accept-site TP broadcast is on (``SGLANG_SPEC_TP_SYNC`` holds ``dspark-accept-graph``,
-  the default at TP > 1): rank 0's accept must be broadcast before the tail reads it;
 - a simulated accept length (``SGLANG_SIMULATE_ACC_LEN``), or the block accept lengths buffer
   (``SGLANG_OPT_DSV41_POST_FORWARD_CUDA_GRAPH``);
 - verify logits left as this rank's vocab shard (call site ``sharded_accept_greedy``);
@@ -40,7 +43,6 @@ from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _CLASS = "sglang.srt.speculative.dspark_components.dspark_verify.DsparkVerifyEpilogue"
 HOOK = "accept_greedy_epilogue._accept_static_greedy"
-BROADCAST = refuse("the accept-site TP broadcast must run between the accept and its tail")
 PART_HOOKS = {"accept_greedy": "accept_greedy.accept_greedy_triton"}
 """The switch whose op's bits the epilogue produces (its accept), and its hook: where our
 accept would not run in SGLang's steps, neither does the epilogue."""
@@ -51,8 +53,6 @@ def sglang_state_refusal(epilogue, io) -> Admission | None:
     bs = io.candidates.shape[0]
     if epilogue._serves_accept_tail(bs):
         return refuse("SGLang's fused accept tail serves it (SGLANG_DSPARK_FUSED_ACCEPT_TAIL)")
-    if epilogue._tp_sync.enabled(SpecTpSyncSite.DSPARK_ACCEPT_GRAPH):
-        return BROADCAST
     if epilogue.simulated_correct_len is not None or epilogue.simulate_fold:
         return refuse("simulated accept length (SGLANG_SIMULATE_ACC_LEN)")
     if epilogue.read_block_accept_lens(bs) is not None:
@@ -62,6 +62,13 @@ def sglang_state_refusal(epilogue, io) -> Admission | None:
     if io.candidates.shape[1] != epilogue.stride:
         return refuse("candidates' rows != the epilogue's verify rows")
     return None
+
+
+def accept_site_broadcast(epilogue):
+    """SGLang's accept-site TP broadcast of this epilogue (rank 0's values, in place), or None
+    where it is off (one rank, or ``SGLANG_SPEC_TP_SYNC`` without ``dspark-accept-graph``)."""
+    tp_sync, site = epilogue._tp_sync, SpecTpSyncSite.DSPARK_ACCEPT_GRAPH
+    return (lambda values: tp_sync.sync(site, values)) if tp_sync.enabled(site) else None
 
 
 def outputs(epilogue, bs: int, gated: bool) -> EpilogueOuts:
@@ -94,7 +101,9 @@ def epilogue_hook(original, self, io, *, verify_lens, gate, gated):
         admission = accept_greedy_epilogue_admission(*arguments, out=out)
 
     def ours():
-        accept_greedy_epilogue(*arguments, out=out, admission=admission)
+        accept_greedy_epilogue(
+            *arguments, out=out, broadcast=accept_site_broadcast(self), admission=admission
+        )
         return out.gated
 
     return dispatch.run(

@@ -231,3 +231,43 @@ def test_gpu_graph_capture_and_replay():
             dst.copy_(src)
         graph.replay()
         assert_same(out, reference(*(t.cpu() for t in inputs)))
+
+
+@pytest.mark.parametrize("path", [pytest.param("kernel", marks=needs_kernel), "fallback"])
+def test_broadcast_replaces_the_accept_before_the_tail(monkeypatch, path):
+    """With ``broadcast``: the three accept results go through it in SGLang's order and dtypes,
+    and the tail is computed from what it leaves (here rank 0's: other values than this
+    rank's accept), on the kernels' two launches and on the fallback."""
+    if path == "fallback":
+        monkeypatch.setattr(interpreter, "RUNS_IN_INTERPRETER", False)
+    gen = torch.Generator().manual_seed(27)
+    bs, n = 3, 6
+    candidates, logits, seq_lens, verify_lens, gate = make_case(bs, n, 4099, gen)
+    rank0 = (
+        torch.tensor([5, 0, 2], dtype=torch.int32),
+        torch.tensor([11, 22, 33]),
+        torch.tensor([0, 1, 0], dtype=torch.int32),
+    )
+    seen = []
+
+    def broadcast(t):
+        seen.append(t.dtype)
+        t.copy_(rank0[len(seen) - 1].to(t.device))
+        return t
+
+    device = DEVICE if path == "kernel" else "cpu"
+    to = lambda t: t.to(device)
+    out = new_outs(bs, n, device)
+    args = [to(t) for t in (candidates, logits, seq_lens, verify_lens, gate)]
+    accept_greedy_epilogue(*args, out=out, broadcast=broadcast)
+    assert seen == [torch.int32, torch.int64, torch.int32]
+    correct, bonus, trim = rank0
+    commit = correct + 1
+    tokens = torch.where(
+        torch.arange(n) == correct[:, None].long(),
+        bonus[:, None],
+        torch.cat([candidates[:, 1:], torch.zeros(bs, 1, dtype=torch.int64)], 1),
+    )
+    gated = torch.minimum(commit, verify_lens.to(torch.int32)) * gate
+    expected = (correct.long(), bonus, trim, commit, seq_lens + commit, tokens, gated)
+    assert_same(out, expected)

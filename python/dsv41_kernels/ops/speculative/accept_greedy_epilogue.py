@@ -17,13 +17,23 @@ on rows holding NaN): with ``correct_len`` and ``bonus`` the greedy accept's wit
   ``candidates[b, k + 1]`` for ``k < n - 1``, else 0;
 - with ``verify_lens`` and ``gate``: ``gated[b] = min(commit_lens[b], int32(verify_lens[b])) *
   gate[0]`` in int32 arithmetic (torch's ``.to(torch.int32)`` keeps the low 32 bits).
+
+Under SGLang's accept-site TP broadcast (``broadcast``), rank 0's ``(correct_len, bonus,
+cap_trim_lens)`` must replace every rank's between the accept and the tail, so the epilogue is
+two launches around SGLang's three broadcasts: the accept into a per-stream workspace, then the
+tail from the broadcast values (:func:`accept_tail_kernel`, Triton), still against SGLang's 17
+launches and its broadcasts. The outputs are then functions of the broadcast values (any
+``cap_trim_lens``, passed through; ``commit_lens`` from ``correct_len`` alone), as SGLang's are.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
+import triton
+import triton.language as tl
 
 from dsv41_kernels.admission import (
     Admission,
@@ -36,13 +46,21 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
     CLUSTER_WORKSPACE,
     INDEX_DTYPES,
     AcceptTail,
+    accept_greedy,
     accept_greedy_torch,
     check_on,
     launch_triton,
     plan_accept,
+    store_accept_tail,
     validate_accept_arguments,
 )
-from dsv41_kernels.ops.speculative.argmax_plan import CUDA_KERNEL_IDS, cuda_module, validate_logits
+from dsv41_kernels.ops.speculative.argmax_plan import (
+    CUDA_KERNEL_IDS,
+    MAX_ADMITTED_ROWS,
+    cuda_module,
+    validate_logits,
+)
+from dsv41_kernels.workspace import Buffer, StreamWorkspace
 
 
 class EpilogueOuts(NamedTuple):
@@ -134,20 +152,103 @@ def accept_greedy_epilogue_admission(
     return plan_accept(candidates, logits, None)
 
 
-def epilogue_torch(candidates, logits, seq_lens, verify_lens, gate, out: EpilogueOuts):
+def epilogue_torch(
+    candidates, logits, seq_lens, verify_lens, gate, out: EpilogueOuts, broadcast=None
+):
     """The contract in torch ops, into ``out``: the fallback."""
-    correct, bonus, _ = accept_greedy_torch(candidates, logits)
+    accepted = accept_greedy_torch(candidates, logits)
+    if broadcast is not None:
+        accepted = tuple(broadcast(t) for t in accepted)
+    return tail_torch(candidates, *accepted, seq_lens, verify_lens, gate, out)
+
+
+def tail_torch(candidates, correct, bonus, trim, seq_lens, verify_lens, gate, out: EpilogueOuts):
+    """The outputs from the accept's ``(correct int32, bonus int64, cap_trim int32)``, in torch
+    ops (SGLang's ``build_accept_outs`` and the gate)."""
     n = candidates.shape[1]
     commit = correct + 1
     k = torch.arange(n, device=candidates.device)
     drafts = torch.zeros_like(out.out_tokens)
     drafts[:, : n - 1] = candidates[:, 1:]
     tokens = torch.where(k == correct[:, None].to(torch.int64), bonus[:, None], drafts)
-    results = [correct, bonus, torch.zeros_like(correct), commit, seq_lens + commit, tokens]
+    results = [correct, bonus, trim, commit, seq_lens + commit, tokens]
     if out.gated is not None:
         results.append(torch.minimum(commit, verify_lens.to(torch.int32)) * gate)
     for dst, src in zip(out, results):
         dst.copy_(src)
+    return out
+
+
+BROADCAST_WORKSPACE = StreamWorkspace(
+    "accept_greedy_epilogue",
+    Buffer(MAX_ADMITTED_ROWS, torch.int32, 0),  # correct_len
+    Buffer(MAX_ADMITTED_ROWS, torch.int64, 0),  # bonus
+    Buffer(MAX_ADMITTED_ROWS, torch.int32, 0),  # cap_trim_lens
+)
+"""The accept's results between the two launches of a broadcast epilogue, as SGLang's
+broadcast carries them (int32, int64, int32 ``[bs]``); 4.5 KiB a stream."""
+
+
+@triton.jit
+def accept_tail_kernel(
+    correct_in,  # int32 [bs]: the accept's, as broadcast
+    bonus_in,  # int64 [bs]
+    trim_in,  # int32 [bs]
+    cand_ptr,
+    cand_stride,
+    correct_ptr,  # the outputs, as store_accept_tail's
+    bonus_ptr,
+    trim_ptr,
+    seq_ptr,
+    verify_ptr,
+    gate_ptr,
+    commit_ptr,
+    new_seq_ptr,
+    tokens_ptr,
+    tokens_stride,
+    gated_ptr,
+    bs,
+    n,
+    BS_BLOCK: tl.constexpr,
+    N_BLOCK: tl.constexpr,
+    GATED: tl.constexpr,
+):
+    """The tail from given accept results, in one program (the second launch under a TP
+    broadcast)."""
+    req = tl.arange(0, BS_BLOCK)
+    live = req < bs
+    correct = tl.load(correct_in + req, mask=live, other=0)
+    bonus = tl.load(bonus_in + req, mask=live, other=0)
+    tl.store(correct_ptr + req, correct, mask=live)
+    tl.store(bonus_ptr + req, bonus, mask=live)
+    tl.store(trim_ptr + req, tl.load(trim_in + req, mask=live, other=0), mask=live)
+    store_accept_tail(
+        correct, bonus, cand_ptr, cand_stride, seq_ptr, verify_ptr, gate_ptr, commit_ptr,
+        new_seq_ptr, tokens_ptr, tokens_stride, gated_ptr, bs, n, BS_BLOCK, N_BLOCK, GATED,
+    )  # fmt: skip
+
+
+def broadcast_epilogue(candidates, logits, seq_lens, verify_lens, gate, out, broadcast, admission):
+    """Two launches around SGLang's broadcasts: the accept into the workspace, each of its three
+    results broadcast in SGLang's order, then the tail (:func:`accept_tail_kernel`)."""
+    bs, n = candidates.shape
+    accepted = tuple(t[:bs] for t in BROADCAST_WORKSPACE.get(logits.device))
+    accept_greedy(candidates, logits, out=accepted, admission=admission)
+    for t in accepted:
+        broadcast(t)
+    tail = AcceptTail(seq_lens, verify_lens, gate, *out[3:])
+    accept_tail_kernel[(1,)](
+        *accepted,
+        candidates,
+        candidates.stride(0),
+        *out[:3],
+        *tail.triton_arguments(),
+        bs,
+        n,
+        BS_BLOCK=triton.next_power_of_2(bs),
+        N_BLOCK=max(2, triton.next_power_of_2(n)),
+        GATED=out.gated is not None,
+    )
     return out
 
 
@@ -182,6 +283,7 @@ def accept_greedy_epilogue(
     gate: torch.Tensor | None = None,
     *,
     out: EpilogueOuts,
+    broadcast: Callable[[torch.Tensor], torch.Tensor] | None = None,
     admission: Admission | None = None,
 ) -> EpilogueOuts:
     """The static verify epilogue of ``bs`` requests into ``out``, returned.
@@ -193,6 +295,9 @@ def accept_greedy_epilogue(
     - ``verify_lens`` (int32/int64 ``[bs]`` contiguous) and ``gate`` (int32 ``[1]``): the gated
       lengths' inputs, given exactly when ``out.gated`` is.
     - ``out``: :class:`EpilogueOuts`, written in place (never overlapping an input).
+    - ``broadcast``: SGLang's accept-site TP broadcast (rank 0's values, in place), applied to
+      the accept's ``correct_len`` (int32), ``bonus`` (int64) and ``cap_trim_lens`` (int32) in
+      that order before the tail reads them: the epilogue is then two launches around it.
     - ``admission``: this call's :func:`accept_greedy_epilogue_admission`, when the caller
       already made it.
     """
@@ -203,7 +308,10 @@ def accept_greedy_epilogue(
     if admission is None:
         admission = plan_accept(candidates, logits, None)
     if not admission:
-        return epilogue_torch(candidates, logits, seq_lens, verify_lens, gate, out)
+        return epilogue_torch(candidates, logits, seq_lens, verify_lens, gate, out, broadcast)
+    if broadcast is not None:
+        return broadcast_epilogue(candidates, logits, seq_lens, verify_lens, gate, out, broadcast,
+                                  admission)  # fmt: skip
     plan = admission.plan
     if plan.cuda is not None:
         launch_cuda(candidates, logits, seq_lens, verify_lens, gate, out, plan)
