@@ -36,7 +36,10 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4_mhc.run_attn_post",
         "sglang.srt.models.deepseek_v4_mhc.run_moe_post",
     ),
-    "rmsnorm_quant_fp8": ("sglang.srt.models.deepseek_v4.MQALayer._normalize_q_lora",),
+    "rmsnorm_quant_fp8": (
+        "sglang.srt.models.deepseek_v4.MQALayer._normalize_q_lora",
+        "sglang.srt.layers.attention.dsv4.indexer.C4Indexer.compute_q",
+    ),
     "accept_greedy_epilogue": (
         "sglang.srt.speculative.dspark_components.dspark_verify.DsparkVerifyEpilogue."
         "_accept_static_greedy",

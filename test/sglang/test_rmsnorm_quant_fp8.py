@@ -242,3 +242,62 @@ def test_benchmarks_run_flashinfers_norm_where_sgl_kernel_is_a_stand_in(sglang, 
     monkeypatch.setattr(layernorm, "rmsnorm", real)
     with common.sgl_kernel_rmsnorm():
         assert layernorm.rmsnorm is real
+
+
+class _StopAfterWqB(BaseException):  # past the hook's fallback, which takes Exception
+    pass
+
+
+class RecordingWqB(callers.BlockFp8WqB):
+    """The indexer's ``wq_b``: records its input, then stops ``compute_q`` (its later fused
+    kernels need CUDA)."""
+
+    def __init__(self, device):
+        super().__init__(device)
+        self.inputs = []
+
+    def __call__(self, x):
+        self.inputs.append(x)
+        raise _StopAfterWqB
+
+
+def c4_indexer(wq_b):
+    from sglang.srt.layers.attention.dsv4.indexer import C4Indexer
+
+    indexer = C4Indexer.__new__(C4Indexer)
+    torch.nn.Module.__init__(indexer)
+    object.__setattr__(indexer, "wq_b", wq_b)
+    return indexer
+
+
+def test_indexer_takes_the_pair_of_our_rows(plugin, fired, monkeypatch):
+    """``C4Indexer.compute_q`` hands its ``wq_b`` the pair our launch made of the same rows
+    (through ``q_lora_quant``); other rows, or a pair of SGLang's, go as SGLang passes them."""
+    from sglang.srt.layers.quantization import fp8_utils
+
+    from dsv41_kernels.sglang_plugin import rmsnorm_quant_fp8 as hook
+
+    monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: True)  # SM90
+    wq_b = RecordingWqB("cpu")
+    indexer = c4_indexer(wq_b)
+    y = torch.randn(6, 1280).bfloat16()
+    pair = (torch.zeros(6, 1280, dtype=torch.float8_e4m3fn), torch.ones(6, 40))
+    setattr(y, hook.PAIR, (*pair, 32))
+    with pytest.raises(_StopAfterWqB):
+        indexer.compute_q(y, None, None)
+    # (the stop inside wq_b leaves the call uncounted: a hook counts ours when it returns)
+    assert wq_b.inputs[-1][0] is pair[0] and wq_b.inputs[-1][1] is pair[1]
+    dispatch.reset()
+    plain = torch.randn(6, 1280).bfloat16()
+    with pytest.raises(_StopAfterWqB):
+        indexer.compute_q(plain, None, None)
+    assert wq_b.inputs[-1] is plain
+    (why,) = fired()[hook.INDEXER_HOOK]["sglang"]
+    assert "not rows our Q-side launch normed" in why
+    setattr(y, hook.PAIR, (*pair, 128))
+    dispatch.reset()
+    with pytest.raises(_StopAfterWqB):
+        indexer.compute_q(y, None, None)
+    assert wq_b.inputs[-1] is y
+    (why,) = fired()[hook.INDEXER_HOOK]["sglang"]
+    assert "groups 32 columns, the pair 128" in why

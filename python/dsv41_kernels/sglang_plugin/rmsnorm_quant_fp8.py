@@ -8,7 +8,10 @@ quantizes it again (``deepgemm_w8a8_block_fp8_linear_with_fallback(act_scale_ue8
 ``sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)``, then DeepGEMM). Ours returns
 ``(y, (q, scales))`` from one launch, which that linear takes as it is (``Fp8LinearMethod.apply``
 hands a tuple to the same DeepGEMM call as its ``input_scale``): the same GEMM on the same
-operands, and ``y`` FlashInfer's bits (the op's contract).
+operands, and ``y`` FlashInfer's bits (the op's contract). The compressed layers' indexer
+(``C4Indexer.compute_q``) quantizes the same rows again for its own ``wq_b``; it takes the pair
+instead through the parameter SGLang gives it for that (``q_lora_quant``, filled on ROCm only),
+where its ``wq_b`` groups as the attention's does.
 
 Declined, reason counted, wherever SGLang would not run exactly that pair and GEMM:
 - off SM90 (Blackwell fuses its own; ROCm has its own path);
@@ -34,7 +37,7 @@ from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_forward, get_platform
 from sglang.srt.utils import use_intel_amx_backend
 
-from dsv41_kernels.admission import Admission, refuse
+from dsv41_kernels.admission import Admission, admit, refuse
 from dsv41_kernels.ops.quantization.rmsnorm_quant_fp8 import (
     rmsnorm_quant_fp8,
     rmsnorm_quant_fp8_admission,
@@ -43,7 +46,12 @@ from dsv41_kernels.sglang_plugin import dispatch
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4.MQALayer._normalize_q_lora"
+_INDEXER = "sglang.srt.layers.attention.dsv4.indexer.C4Indexer.compute_q"
 HOOK = "rmsnorm_quant_fp8._normalize_q_lora"
+INDEXER_HOOK = "rmsnorm_quant_fp8.C4Indexer.compute_q"
+PAIR = "_dsv41_kernels_wq_b_input"
+"""The attribute of our normed rows that holds their ``(q, scales, group_size)``, for the
+indexer's ``wq_b`` (the same rows, quantized the same way)."""
 OFF_SM90 = refuse("not SM90: SGLang pre-quantizes q itself on Blackwell")
 
 
@@ -134,6 +142,7 @@ def normalize_q_lora_hook(original, self, q):
         y, codes, scales = rmsnorm_quant_fp8(
             q, norm.weight, norm.variance_epsilon, group_size=group, admission=admission
         )
+        setattr(y, PAIR, (codes, scales, group))
         return y, (codes, scales)
 
     return dispatch.run(
@@ -147,7 +156,39 @@ def normalize_q_lora_hook(original, self, q):
     )
 
 
-HOOKS = ((_TARGET, normalize_q_lora_hook, HookType.AROUND),)
+def indexer_admission(indexer, q_lora, q_lora_quant) -> Admission:
+    """Whether the compressed-attention indexer's ``wq_b`` takes our pair of ``q_lora``: the
+    rows are ours, SGLang passes no pair of its own, and that ``wq_b`` quantizes its bf16 input
+    with the same group (then the pair is what it would make: the same quantizer of the same
+    rows)."""
+    pair = getattr(q_lora, PAIR, None)
+    if q_lora_quant is not None:
+        return refuse("SGLang hands the indexer a quantized q_lora of its own")
+    if pair is None:
+        return refuse("q_lora is not rows our Q-side launch normed")
+    group, why = block_group(indexer.wq_b)
+    if group is None:
+        return refuse(f"indexer {why}")
+    if group != pair[2]:
+        return refuse(f"the indexer's wq_b groups {group} columns, the pair {pair[2]}")
+    return admit("reuse", "the pair our Q-side launch made of these rows")
+
+
+def compute_q_hook(original, self, q_lora, positions, weight, q_lora_quant=None):
+    admission = indexer_admission(self, q_lora, q_lora_quant)
+    return dispatch.run(
+        INDEXER_HOOK,
+        admission,
+        lambda: original(self, q_lora, positions, weight, getattr(q_lora, PAIR)[:2]),
+        lambda: original(self, q_lora, positions, weight, q_lora_quant),
+        replicated=True,
+    )
+
+
+HOOKS = (
+    (_TARGET, normalize_q_lora_hook, HookType.AROUND),
+    (_INDEXER, compute_q_hook, HookType.AROUND),
+)
 REQUIRES = (
     "sglang.srt.layers.quantization.fp8_utils._deepgemm_block_fp8_supported",
     "sglang.srt.layers.quantization.fp8_utils._ue8m0_deepgemm_skips_block32",
