@@ -31,7 +31,6 @@ import triton.language as tl
 
 from dsv41_kernels.admission import Admission, check_admission, check_tensor, invalid, refuse
 from dsv41_kernels.ops.speculative.argmax_plan import (
-    CUDA_KERNEL_IDS,
     MAX_ADMITTED_ROWS,
     ArgmaxPlan,
     TritonLaunch,
@@ -360,7 +359,6 @@ def launch_cuda(candidates, logits, cutoff_verify_lens, out, plan: ArgmaxPlan) -
     """The CUDA kernel ``plan`` names into ``out``, in its shape."""
     slots, tickets = CLUSTER_WORKSPACE.get(logits.device)
     no_cutoff = tickets[:0]
-    c = plan.cuda
     cuda_module(logits.device).accept_greedy_cuda(
         candidates,
         logits,
@@ -368,11 +366,7 @@ def launch_cuda(candidates, logits, cutoff_verify_lens, out, plan: ArgmaxPlan) -
         *out,
         slots,
         tickets,
-        CUDA_KERNEL_IDS[plan.kernel],
-        c.threads,
-        c.vectors,
-        c.cluster,
-        c.early_start,
+        *plan.cuda_shape(),
     )
 
 

@@ -55,7 +55,6 @@ from dsv41_kernels.ops.speculative.accept_greedy import (
     validate_accept_arguments,
 )
 from dsv41_kernels.ops.speculative.argmax_plan import (
-    CUDA_KERNEL_IDS,
     MAX_ADMITTED_ROWS,
     cuda_module,
     validate_logits,
@@ -255,7 +254,6 @@ def broadcast_epilogue(candidates, logits, seq_lens, verify_lens, gate, out, bro
 def launch_cuda(candidates, logits, seq_lens, verify_lens, gate, out: EpilogueOuts, plan):
     slots, tickets = CLUSTER_WORKSPACE.get(logits.device)
     none = tickets[:0]
-    c = plan.cuda
     gated = out.gated is not None
     cuda_module(logits.device).accept_greedy_epilogue_cuda(
         candidates,
@@ -267,11 +265,7 @@ def launch_cuda(candidates, logits, seq_lens, verify_lens, gate, out: EpilogueOu
         out.gated if gated else none,
         slots,
         tickets,
-        CUDA_KERNEL_IDS[plan.kernel],
-        c.threads,
-        c.vectors,
-        c.cluster,
-        c.early_start,
+        *plan.cuda_shape(),
     )
 
 

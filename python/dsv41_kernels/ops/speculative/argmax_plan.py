@@ -104,6 +104,12 @@ class ArgmaxPlan:
     cuda: CudaLaunch | None = None
     triton: TritonLaunch | None = None
 
+    def cuda_shape(self) -> tuple[int, int, int, int, bool]:
+        """The CUDA exports' trailing arguments: kernel id, threads, vectors, cluster and
+        early start (the plan must name a CUDA kernel)."""
+        c = self.cuda
+        return CUDA_KERNEL_IDS[self.kernel], c.threads, c.vectors, c.cluster, c.early_start
+
     def __str__(self) -> str:
         if self.cuda is None:
             t = self.triton

@@ -20,7 +20,6 @@ import triton.language as tl
 
 from dsv41_kernels.admission import Admission, check_admission, check_tensor, invalid
 from dsv41_kernels.ops.speculative.argmax_plan import (
-    CUDA_KERNEL_IDS,
     ArgmaxPlan,
     TritonLaunch,
     admit_logits,
@@ -100,10 +99,7 @@ def launch_triton(logits: torch.Tensor, out: torch.Tensor, launch: TritonLaunch)
 
 def launch_cuda(logits: torch.Tensor, out: torch.Tensor, plan: ArgmaxPlan) -> None:
     """The CUDA kernel ``plan`` names into ``out``, in its shape."""
-    c = plan.cuda
-    cuda_module(logits.device).row_argmax_cuda(
-        logits, out, CUDA_KERNEL_IDS[plan.kernel], c.threads, c.vectors, c.cluster, c.early_start
-    )
+    cuda_module(logits.device).row_argmax_cuda(logits, out, *plan.cuda_shape())
 
 
 def run_row_argmax(logits: torch.Tensor, out: torch.Tensor, admission: Admission) -> torch.Tensor:
