@@ -155,11 +155,19 @@ def check_rank_in_cuda_graph(rank: int, world: int, group, device) -> None:
         )
 
 
+def _gpus(world: int):
+    return pytest.param(
+        world,
+        marks=pytest.mark.skipif(
+            torch.cuda.device_count() < world,
+            reason=f"needs {world} GPUs, {torch.cuda.device_count()} here",
+        ),
+    )
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("world", [_gpus(1), _gpus(2), _gpus(4)])
 def test_gpu_nccl_group(tmp_path, monkeypatch, world):
-    if torch.cuda.device_count() < world:
-        pytest.skip(f"needs {world} GPUs, {torch.cuda.device_count()} here")
     for name, value in NO_MULTICAST.items():
         monkeypatch.setenv(name, value)
     mp.spawn(nccl_rank, args=(world, str(tmp_path / "store")), nprocs=world)

@@ -174,10 +174,8 @@ def test_strided_shards():
 # ---- the accept form, emulated -------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["kernel", "fallback"])
+@pytest.mark.parametrize("path", [pytest.param("kernel", marks=needs_kernel), "fallback"])
 def test_accept_from_keys_equals_the_rule(path):
-    if path == "kernel" and not (torch.cuda.is_available() or triton_interpreter()):
-        pytest.skip("no Triton device")
     admission = TORCH_PATH if path == "fallback" else None
     gen = torch.Generator().manual_seed(11)
     rng = random.Random(11)
@@ -290,13 +288,16 @@ def test_sharded_accept_needs_candidates_on_the_logits_device(solo_group):
         merge_keys(keys.to("meta"))
 
 
-@pytest.mark.parametrize("path", ["kernel", "fallback"])
+CPU_KERNEL = pytest.mark.skipif(
+    not triton_interpreter(), reason="the kernel path for CPU tensors: the Triton interpreter"
+)
+
+
+@pytest.mark.parametrize("path", [pytest.param("kernel", marks=CPU_KERNEL), "fallback"])
 def test_numpy_ints_are_ints(request, solo_group, path):
     """vocab_start takes NumPy integers as every op's scalars do (bools are refused above)."""
     if path == "fallback":
         request.getfixturevalue("torch_fallback")
-    elif not triton_interpreter():
-        pytest.skip("the kernel path for CPU tensors: the Triton interpreter")
     gen = torch.Generator().manual_seed(21)
     x = planted_logits(2, (300,), gen)
     candidates, logits, cutoff = accept_case(2, 3, (300,), gen)
