@@ -178,11 +178,11 @@ def q_side_group(device):
     from sglang.srt.models.deepseek_v4 import MQALayer
 
     layers = [callers.q_side_layer(device, seed=i) for i in range(LAYERS)]
-    inputs = [callers.q_lora_view(callers.VERIFY_ROWS, device, seed=i) for i in range(LAYERS)]
+    inputs = [callers.wqkv_a_output(callers.VERIFY_ROWS, device, seed=i) for i in range(LAYERS)]
 
     def run():
-        for layer, q in zip(layers, inputs):
-            callers.wq_b_input(layer._normalize_q_lora(q)[1])
+        for layer, qkv_a in zip(layers, inputs):
+            callers.wq_b_input(layer._compute_q_a(None, qkv_a=qkv_a)[1])
 
     patch = ((MQALayer, ("_normalize_q_lora",)),)
     return run, patch, "40 x [6, 1280] bf16 of [6, 1792], group 32"

@@ -25,7 +25,6 @@ from dsv41_kernels.calibration.callers import (  # noqa: F401  (the tests' names
     attention_output,
     attention_output_to_wo_a,
     draft_candidates,
-    q_lora_view,
     q_side_layer,
     sglang_functions,
     v41_attention_layer,
@@ -34,6 +33,7 @@ from dsv41_kernels.calibration.callers import (  # noqa: F401  (the tests' names
     verify_logits,
     vision_moe,
     wq_b_input,
+    wqkv_a_output,
 )
 from dsv41_kernels.calibration.flashmla import (  # noqa: F401
     Step,

@@ -146,13 +146,11 @@ HOOK = "rmsnorm_quant_fp8._normalize_q_lora"
 
 DeepGemmBlockLinear = callers.BlockFp8WqB
 q_side_layer = callers.q_side_layer
-q_lora_view = callers.q_lora_view
 
 
 def test_hook_is_on_the_call_site_and_declines_off_sm90(plugin, fired):
     layer = q_side_layer("cpu")
-    q = q_lora_view(6, "cpu")
-    y, for_wq_b = layer._normalize_q_lora(q)
+    y, for_wq_b = layer._compute_q_a(None, qkv_a=callers.wqkv_a_output(6, "cpu"))
     assert for_wq_b is y  # SGLang's own SM90 branch: the normed rows, twice
     counts = fired()[HOOK]
     assert counts["ours"] == 0 and any("not SM90" in r for r in counts["sglang"]), counts
@@ -167,7 +165,7 @@ def test_declines_where_wq_b_would_not_take_the_pair(plugin, fired, monkeypatch)
 
     monkeypatch.setattr(hook, "get_platform", lambda: types.SimpleNamespace(is_sm90=True))
     monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: True)
-    q = q_lora_view(6, "cpu")
+    qkv_a = callers.wqkv_a_output(6, "cpu")
     cases = [
         (DeepGemmBlockLinear("cpu", dispatch=lambda **k: None), "not the block-FP8 DeepGEMM"),
         (DeepGemmBlockLinear("cpu"), "not a CUDA tensor"),
@@ -184,7 +182,7 @@ def test_declines_where_wq_b_would_not_take_the_pair(plugin, fired, monkeypatch)
         layer.q_norm._forward_method = layer.q_norm.forward_cuda  # as on a CUDA machine
         # SGLang's CUDA norm cannot run here; the hook counted its decision before calling it.
         with contextlib.suppress(NameError):
-            layer._normalize_q_lora(q)
+            layer._compute_q_a(None, qkv_a=qkv_a)
         (why,) = fired()[HOOK]["sglang"]
         assert reason in why, (reason, why)
     monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: False)
@@ -192,11 +190,11 @@ def test_declines_where_wq_b_would_not_take_the_pair(plugin, fired, monkeypatch)
     layer = q_side_layer("cpu")
     layer.q_norm._forward_method = layer.q_norm.forward_cuda
     with contextlib.suppress(NameError):
-        layer._normalize_q_lora(q)
+        layer._compute_q_a(None, qkv_a=qkv_a)
     (why,) = fired()[HOOK]["sglang"]
     assert "Triton fallback" in why, why
     dispatch.reset()
-    q_side_layer("cpu")._normalize_q_lora(q)  # a CPU norm dispatches to its CPU forward
+    q_side_layer("cpu")._compute_q_a(None, qkv_a=qkv_a)  # a CPU norm: its CPU forward
     (why,) = fired()[HOOK]["sglang"]
     assert "does not dispatch to its CUDA forward" in why, why
 
@@ -212,8 +210,9 @@ def test_gpu_hook_returns_sglangs_pair(plugin, fired, monkeypatch, rows):
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "rmsnorm_quant_fp8")
     monkeypatch.setattr(fp8_utils, "_deepgemm_block_fp8_supported", lambda *a: True)
     layer = q_side_layer("cuda")
-    q = q_lora_view(rows, "cuda", seed=rows)
-    y, (codes, scales) = layer._normalize_q_lora(q)
+    qkv_a = callers.wqkv_a_output(rows, "cuda", seed=rows)
+    y, (codes, scales) = layer._compute_q_a(None, qkv_a=qkv_a)
+    q = qkv_a[:, :1280]
     assert fired()[HOOK] == {"ours": 1, "sglang": {}}
     norm = layer.q_norm
     theirs = sglang_pair(q, norm.weight, norm.variance_epsilon, flashinfer_rmsnorm())

@@ -344,7 +344,7 @@ class BlockFp8WqB:
 def q_side_layer(device, wq_b=None, *, seed: int = 5):
     """An ``MQALayer`` with V4.1's ``q_norm`` (SGLang's ``RMSNorm(1280)``, bf16 weight) and
     ``wq_b`` (:class:`BlockFp8WqB` unless given); its constructor needs a distributed runtime,
-    so the real class gets the attributes ``_normalize_q_lora`` reads."""
+    so the real class gets the attributes ``_compute_q_a`` and ``_normalize_q_lora`` read."""
     from sglang.srt.layers.layernorm import RMSNorm
     from sglang.srt.models.deepseek_v4 import MQALayer
 
@@ -355,17 +355,17 @@ def q_side_layer(device, wq_b=None, *, seed: int = 5):
     with torch.no_grad():
         norm.weight.copy_(1 + 0.1 * torch.randn(Q_LORA_RANK, generator=gen))
     layer.q_norm = norm.to(device=device, dtype=torch.bfloat16)
+    layer.q_lora_rank = Q_LORA_RANK
     layer.is_dsv41 = True
     object.__setattr__(layer, "wq_b", wq_b or BlockFp8WqB(device))
     return layer
 
 
-def q_lora_view(rows: int, device, *, seed: int = 0) -> torch.Tensor:
-    """``q_lora`` as the attention normalizes it: the first 1280 columns of ``wqkv_a``'s bf16
-    ``[rows, 1792]`` output."""
+def wqkv_a_output(rows: int, device, *, seed: int = 0) -> torch.Tensor:
+    """``wqkv_a``'s bf16 ``[rows, 1792]`` output, whose first 1280 columns are the ``q_lora``
+    ``MQALayer._compute_q_a`` normalizes."""
     gen = torch.Generator().manual_seed(seed)
-    qkv_a = torch.randn(rows, QKV_A_WIDTH, generator=gen) * 3
-    return qkv_a.bfloat16().to(device)[:, :Q_LORA_RANK]
+    return (torch.randn(rows, QKV_A_WIDTH, generator=gen) * 3).bfloat16().to(device)
 
 
 def wq_b_input(for_wq_b):

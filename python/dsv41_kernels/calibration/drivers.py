@@ -140,15 +140,16 @@ def epilogue_cases(device) -> list[Case]:
 
 
 def q_side_cases(device) -> list[Case]:
-    """``MQALayer._normalize_q_lora`` on ``q_lora``'s view at verify rows, then the
+    """``MQALayer._compute_q_a`` (``_normalize_q_lora`` of ``q_lora``'s view of the fused
+    ``wqkv_a`` output) at verify rows, then the
     quantization ``wq_b``'s SM90 linear applies to a bf16 input (none to our pair): the work
     between ``wqkv_a`` and ``wq_b``'s GEMM."""
     layer = functools.cache(lambda: callers.q_side_layer(device))
 
     def build(rows):
-        q = callers.q_lora_view(rows, device, seed=rows)
+        qkv_a = callers.wqkv_a_output(rows, device, seed=rows)
         v41 = layer()
-        return lambda: callers.wq_b_input(v41._normalize_q_lora(q)[1])
+        return lambda: callers.wq_b_input(v41._compute_q_a(None, qkv_a=qkv_a)[1])
 
     sglang = ((f"{DEEPSEEK_V4}.MQALayer", ("_normalize_q_lora",)),)
     return [
