@@ -53,6 +53,7 @@
 #include "fp32_ops.cuh"
 #include "hc_combine_norm_row.cuh"
 #include "hc_mix_stats_finish.cuh"
+#include "hc_post_row.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -84,7 +85,8 @@ constexpr int kSumGroup = 16;  // lanes adding one column's slice sums in phase 
 constexpr int kSumThreads = (kSumCols * kSumGroup + 31) / 32 * 32;
 constexpr int kMaxRowTile = 4 * kRowSlots;
 
-static_assert(kHidden % (8 * kSlices) == 0 && kSlices % kSumGroup == 0);
+static_assert(kHidden % (8 * kSlices) == 0 && kSlices % kSumGroup == 0 &&
+              kStreamCount == kPostStreams);
 static_assert(kSliceK % kParts == 0 && kSumCols % kGroupCols == 0 && kSumThreads <= kThreads);
 static_assert(kRowSlots * kGroups * kParts == kThreads && kMaxRows * kSliceVecs <= kThreads);
 
@@ -122,32 +124,6 @@ __device__ __forceinline__ uint4 load16(const uint16_t* p) {
 // Written by other CTAs of this grid before the barrier: read at L2, never from an L1 line.
 __device__ __forceinline__ uint4 load16_after_barrier(const uint16_t* p) {
   return __ldcg(reinterpret_cast<const uint4*>(p));
-}
-
-__device__ __forceinline__ uint32_t word(const uint4& v, int i) {
-  return reinterpret_cast<const uint32_t*>(&v)[i];
-}
-
-// SGLang's post of one vector (8 columns) of row r into output stream c: four bf16x2 words.
-__device__ __forceinline__ uint4 post_vector(const uint4& yv, const uint4 (&rv)[kStreamCount],
-                                             float post_c, const float (&comb)[16], int c) {
-  uint32_t out[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    float acc[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const auto value = [half](uint32_t w) { return half ? bf16_hi(w) : bf16_lo(w); };
-      float a = fma_rn(post_c, value(word(yv, i)), mul_rn(comb[c], value(word(rv[0], i))));
-#pragma unroll
-      for (int s = 1; s < kStreamCount; ++s) {
-        a = fma_rn(comb[4 * s + c], value(word(rv[s], i)), a);
-      }
-      acc[half] = a;
-    }
-    out[i] = bf16x2_rn(acc[0], acc[1]);
-  }
-  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // fn's 24 rows of the slice into fs[n][k], and the slice's x (the post's result when fused,
@@ -216,8 +192,8 @@ __device__ void stage_slice(const BoundaryParams& p, float* fs, float* xs, int h
   for (int s = 0; s < kStreamCount; ++s) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      x_row[s * kSliceCols + 2 * i] = bf16_lo(word(xv[s], i));
-      x_row[s * kSliceCols + 2 * i + 1] = bf16_hi(word(xv[s], i));
+      x_row[s * kSliceCols + 2 * i] = bf16_lo(vector_word(xv[s], i));
+      x_row[s * kSliceCols + 2 * i + 1] = bf16_hi(vector_word(xv[s], i));
     }
   }
 }

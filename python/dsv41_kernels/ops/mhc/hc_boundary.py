@@ -60,6 +60,7 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
     rows_kernel_fits,
     rows_kernel_tile,
 )
+from dsv41_kernels.ops.mhc.hc_post_combine_norm import validate_post
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
 
@@ -78,33 +79,15 @@ class BoundaryPlan:
 
 def _validate(y, residual, post, comb, pre, fn, scale, base, weight) -> None:
     """ValueError naming the first argument that is off (shapes, dtypes, devices)."""
-    check_tensor("y", y, dtypes=(torch.bfloat16,), ndim=2)
-    m, h = y.shape
-    check_tensor("residual", residual, dtypes=(torch.bfloat16,), ndim=3)
-    if tuple(residual.shape) != (m, HC_MULT, h):
-        raise ValueError(f"residual must be [{m}, {HC_MULT}, {h}], got {tuple(residual.shape)}")
-    shapes = {
-        "post": (post, (m, HC_MULT)),
-        "comb": (comb, (m, HC_MULT, HC_MULT)),
-        "pre": (pre, (m, HC_MULT)),
-        "fn": (fn, (HC_MIX, HC_MULT * h)),
-        "scale": (scale, (3,)),
-        "base": (base, (HC_MIX,)),
-    }
+    validate_post(y, residual, post, comb, pre, weight)
+    h = y.shape[1]
+    shapes = {"fn": (fn, (HC_MIX, HC_MULT * h)), "scale": (scale, (3,)), "base": (base, (HC_MIX,))}
     for name, (t, shape) in shapes.items():
         check_tensor(name, t, dtypes=(torch.float32,))
         if tuple(t.shape) != shape:
             raise ValueError(f"{name} must be {list(shape)}, got {tuple(t.shape)}")
-    check_tensor("weight", weight, dtypes=(torch.bfloat16,))
-    if tuple(weight.shape) != (h,):
-        raise ValueError(f"weight must be [{h}], got {tuple(weight.shape)}")
-    for name, t in (("residual", residual), *((n, t) for n, (t, _) in shapes.items())):
         if t.device != y.device:
             raise ValueError(f"{name} is on {t.device}, y on {y.device}")
-    if weight.device != y.device:
-        raise ValueError(f"weight is on {weight.device}, y on {y.device}")
-    if y.is_meta:
-        raise ValueError("y is a meta tensor: the boundary needs its values")
 
 
 def _fits(y, residual, post, comb, pre, fn, scale, base, weight) -> str | None:
