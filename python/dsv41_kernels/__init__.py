@@ -51,6 +51,8 @@ _EXPORTS = {
     "accept_greedy_epilogue": "dsv41_kernels.ops.speculative.accept_greedy_epilogue",
     "accept_greedy_epilogue_admission": "dsv41_kernels.ops.speculative.accept_greedy_epilogue",
     "hc_boundary_admission": "dsv41_kernels.ops.mhc.hc_boundary",
+    "hc_post_combine_norm": "dsv41_kernels.ops.mhc.hc_post_combine_norm",
+    "hc_post_combine_norm_admission": "dsv41_kernels.ops.mhc.hc_post_combine_norm",
 }
 
 __all__ = sorted(_EXPORTS)

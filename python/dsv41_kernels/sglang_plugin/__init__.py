@@ -13,9 +13,11 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 (FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
-combine+norm in one launch), ``rmsnorm_quant_fp8`` (the attention's Q-side RMSNorm and the
-FP8 groups of ``wq_b``'s input on Hopper in one launch), ``accept_greedy_epilogue`` (DSpark's
-static verify epilogue: the accept and its tail in one launch), ``sharded_accept_greedy``
+combine+norm in one launch, or, where SGLang runs the statistics on its side stream, the post
+and combine+norm in one launch: ``hc_post_combine_norm``), ``rmsnorm_quant_fp8`` (the
+attention's Q-side RMSNorm and the FP8 groups of ``wq_b``'s input on Hopper in one launch),
+``accept_greedy_epilogue`` (DSpark's static verify epilogue: the accept and its tail in one
+launch), ``sharded_accept_greedy``
 (DSpark's verify logits at TP > 1 left sharded for a greedy step; off until run on several
 GPUs).
 
@@ -100,7 +102,8 @@ SITES = (
     Site(
         "hc_boundary",
         f"{__name__}.hc_boundary",
-        "mHC boundary: post + next statistics + next combine+norm -> hc_boundary",
+        "mHC boundary: post + next statistics + next combine+norm -> hc_boundary "
+        "(statistics on SGLang's stats stream: post + combine+norm -> hc_post_combine_norm)",
     ),
     Site(
         "rmsnorm_quant_fp8",

@@ -15,22 +15,28 @@ one launch, on any GPU the op admits and the policy measured.
 Where SGLang runs the next statistics on its stats stream beside the sublayer
 (``use_stats_stream``: decode-like steps, on SM90 one row or a decode of up to 64, on Blackwell
 every decode and verify), they are off its critical path, and a fused boundary would put them
-back on it: the hook declines there. ``run_attn_post`` and ``run_moe_post`` are hooked only to
-say, for the post they run, whether SGLang gave them that stream.
+back on it. There the hook takes the boundary without them instead
+(:func:`dsv41_kernels.hc_post_combine_norm`: the post and the next combine + RMSNorm in one
+launch, counted as ``hc_post_combine_norm._post_fusion``, its own policy site) and returns
+``HcState(updated, pre, HcNormed(normed))``: the next post computes its statistics on the
+stream as SGLang does. ``run_attn_post`` and ``run_moe_post`` are hooked only to say, for the
+post they run, whether SGLang gave them that stream.
 
-It declines (SGLang's ``_post_fusion`` runs) where SGLang overlaps the statistics (above),
-where the seam is closed (no ``next``) or SGLang fuses it itself (its mega boundary), where
-SGLang's post is not the split-H fma chain (``SGLANG_OPT_USE_FLASHINFER_MHC`` on, or the
-TileLang post off, on SM90), for a norm SGLang calls not fusable, for a consumer that wants a
-pre-quantized input (``HcQuantized``), in batch-invariant mode (the small-row statistics are
-not batch-invariant), wherever our ``hc_mix_stats`` or ``hc_combine_norm`` would not run at
-an unfused seam (switched off, not installed, off after an error, or declined by the GPU's
-policy: the fused boundary produces their bits), or where the op's admission refuses (more
-than 64 rows, fewer than 128 SMs, ...). It assumes its 128 CTAs find their SMs: a kernel
-holding SMs on another stream (two-batch overlap) delays the cooperative grid.
+Both forms decline (SGLang's ``_post_fusion`` runs) where the seam is closed (no ``next``) or
+SGLang fuses it itself (its mega boundary), where SGLang's post is not the split-H fma chain
+(``SGLANG_OPT_USE_FLASHINFER_MHC`` on, or the TileLang post off, on SM90; above 64 rows on SM90
+and 384 on Blackwell: :func:`sglang_post_is_split_h`), for a norm SGLang
+calls not fusable, for a consumer that wants a pre-quantized input (``HcQuantized``), wherever
+our ``hc_combine_norm`` would not run at an unfused seam (switched off, not installed, off
+after an error, or declined by the GPU's policy: both forms produce its bits), or where the
+op's admission or the GPU's policy refuses. The fused boundary also declines in
+batch-invariant mode (the small-row statistics are not batch-invariant) and wherever our
+``hc_mix_stats`` would not run, and beyond 64 rows or below 128 SMs. It assumes its 128 CTAs
+find their SMs: a kernel holding SMs on another stream (two-batch overlap) delays the
+cooperative grid.
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
-``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows.
+``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows (both forms).
 """
 
 from __future__ import annotations
@@ -45,6 +51,10 @@ from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
+from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
+    hc_post_combine_norm,
+    hc_post_combine_norm_admission,
+)
 from dsv41_kernels.sglang_plugin import dispatch, parts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
@@ -54,7 +64,10 @@ PART_HOOKS = {
     "hc_combine_norm": "hc_combine_norm._combine",
 }
 """The switches whose ops' bits the boundary produces, and their hooks: off when either is."""
-OVERLAPPED = "SGLang runs the statistics on its stats stream beside the sublayer here"
+COMBINE_PART = {"hc_combine_norm": PART_HOOKS["hc_combine_norm"]}
+"""The part of the boundary without its statistics (hc_post_combine_norm)."""
+HOOK = "hc_boundary._post_fusion"
+POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
 
 # Whether the post now running was given SGLang's stats stream (set around run_*_post).
 _stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", default=False)
@@ -70,53 +83,84 @@ def run_post_hook(original, *args, **kwargs):
         _stats_beside_sublayer.reset(token)
 
 
-def boundary_admission(hc, y, residual, coefficients, next) -> Admission:
-    """Ours for this post, or SGLang's (pure: module flags, shapes, dtypes)."""
+def seam_refusal(hc, residual, next) -> Admission | None:
+    """The refusal both forms share, or None (pure: module flags, the layer's configuration)."""
     if next is None or next.hc is None:
         return refuse("the seam is closed (last layer or Engram): no next sublayer")
-    if _stats_beside_sublayer.get():
-        return refuse(OVERLAPPED)
     if not next.norm_fusable:
         return refuse("SGLang calls the next norm not fusable")
     if next.accepts_mxfp8 or next.accepts_mxfp8_deepgemm or next.mega_moe_input is not None:
         return refuse("the next sublayer takes a pre-quantized input")
     if mhc._can_use_mega_mhc(hc.cfg):
         return refuse("SGLang's own mega boundary is on")
-    if is_batch_invariant_mode_enabled():
-        return refuse("batch-invariant mode")
     cfg, next_cfg = hc.cfg, next.hc.cfg
     if not (cfg.pre_from_prev and cfg.mult == 4 and next_cfg.mult == 4):
         return refuse("not V4.1's four streams with pre from the previous sublayer")
-    if not sglang_post_is_split_h(cfg):
+    if not sglang_post_is_split_h(cfg, residual.shape[0]):
         return refuse("SGLang's post here is not the split-H fma chain ours reproduces")
-    parts = parts_refusal(residual)
-    if parts is not None:
-        return parts
     norm = next.norm
     if norm is not next.hc.norm:
         return refuse("the boundary's norm is not the next sublayer's")
     if norm.cast_x_before_out_mul or norm.variance_size_override is not None:
         return refuse("RMSNorm variant our kernel does not compute")
+    return None
+
+
+def boundary_admission(hc, y, residual, coefficients, next) -> Admission:
+    """Ours for this post with the next statistics inline, or SGLang's (pure: module flags,
+    shapes, dtypes)."""
+    shared = seam_refusal(hc, residual, next)
+    if shared is not None:
+        return shared
+    if is_batch_invariant_mode_enabled():
+        return refuse("batch-invariant mode")
+    missing = parts_refusal(residual)
+    if missing is not None:
+        return missing
     slower = policy_refusal("hc_boundary", y)
     if slower is not None:
         return slower
     pre, post, comb = coefficients
+    next_hc = next.hc
     return hc_boundary_admission(
-        y, residual, post, comb, pre, next.hc.fn, next.hc.scale, next.hc.base, norm.weight
+        y, residual, post, comb, pre, next_hc.fn, next_hc.scale, next_hc.base, next.norm.weight
     )
 
 
-def sglang_post_is_split_h(cfg) -> bool:
-    """Whether SGLang 0.5.23's ``post`` runs ``mhc_post_split_h`` (or the TileLang post whose
-    order it matches) for V4.1's streams at up to 64 rows, as ``deepseek_v4_mhc.post`` picks:
-    Blackwell first; elsewhere only with the TileLang post on and FlashInfer's off (their
-    defaults), on SM90. Otherwise SGLang rounds another way and ours would change its bits."""
-    v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120
+def post_combine_norm_admission(hc, y, residual, coefficients, next) -> Admission:
+    """Ours for this post with the next statistics beside the sublayer (SGLang's stats stream),
+    or SGLang's (pure)."""
+    shared = seam_refusal(hc, residual, next)
+    if shared is not None:
+        return shared
+    part = parts.parts_refusal(COMBINE_PART, residual)
+    if part is not None:
+        return part
+    slower = policy_refusal("hc_post_combine_norm", y)
+    if slower is not None:
+        return slower
+    pre, post, comb = coefficients
+    return hc_post_combine_norm_admission(y, residual, post, comb, pre, next.norm.weight)
+
+
+SPLIT_H_MAX_ROWS = {"blackwell": 384, "sm90": 64}
+"""The rows up to which SGLang 0.5.23's ``post`` takes ``mhc_post_split_h`` (its tile limit on
+Blackwell, its TileLang rule on SM90); above, another kernel rounds the post."""
+
+
+def sglang_post_is_split_h(cfg, rows: int) -> bool:
+    """Whether SGLang 0.5.23's ``post`` runs ``mhc_post_split_h`` for V4.1's streams at ``rows``
+    rows, as ``deepseek_v4_mhc.post`` picks: Blackwell first, up to 384 rows; elsewhere only on
+    SM90 with the TileLang post on and FlashInfer's off (their defaults), up to 64 rows.
+    Otherwise SGLang rounds another way and ours would change its bits."""
+    v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120 and rows > 0
     platform = get_platform()
     if platform.is_blackwell:
-        return v41
+        return v41 and rows <= SPLIT_H_MAX_ROWS["blackwell"]
     tilelang = envs.SGLANG_OPT_USE_TILELANG_MHC_POST.get()
-    return v41 and platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
+    flashinfer = envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
+    sm90 = v41 and platform.is_sm90 and rows <= SPLIT_H_MAX_ROWS["sm90"]
+    return sm90 and tilelang and not flashinfer
 
 
 def parts_refusal(rows) -> Admission | None:
@@ -126,12 +170,17 @@ def parts_refusal(rows) -> Admission | None:
 
 
 def post_fusion_hook(original, hc, y, residual, coefficients, next):
+    sglang = lambda: original(hc, y, residual, coefficients, next)
+    if _stats_beside_sublayer.get():
+        admission = post_combine_norm_admission(hc, y, residual, coefficients, next)
+        ours = lambda: _post_combine_norm(y, residual, coefficients, next, admission)
+        return dispatch.run(POST_COMBINE_NORM_HOOK, admission, ours, sglang, replicated=True)
     admission = boundary_admission(hc, y, residual, coefficients, next)
     return dispatch.run(
-        "hc_boundary._post_fusion",
+        HOOK,
         admission,
         lambda: _boundary(hc, y, residual, coefficients, next, admission),
-        lambda: original(hc, y, residual, coefficients, next),
+        sglang,
         replicated=True,  # the streams, gates and normed rows every rank holds a copy of
     )
 
@@ -148,6 +197,16 @@ def _boundary(hc, y, residual, coefficients, next, admission):
     )  # fmt: skip
     # `pre` stays this boundary's: SGLang's lag (the last combine and Engram layers read it).
     return mhc.HcState(updated, pre, mhc.HcNormed(normed), stats)
+
+
+def _post_combine_norm(y, residual, coefficients, next, admission):
+    pre, post, comb = coefficients
+    updated, normed = hc_post_combine_norm(
+        y, residual, post, comb, pre, next.norm.weight, next.norm.variance_epsilon,
+        admission=admission,
+    )  # fmt: skip
+    # No statistics: the next post computes them on SGLang's stats stream, as it would.
+    return mhc.HcState(updated, pre, mhc.HcNormed(normed))
 
 
 HOOKS = (
