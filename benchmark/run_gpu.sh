@@ -39,8 +39,8 @@ if [ "$phase" != tests ]; then
   run python3 -m benchmark.call_sites --record
   run python3 -m benchmark.verify_cycle --record
   for op in row_argmax accept_greedy accept_greedy_epilogue sharded_row_argmax decoding_sched_meta \
-    mxfp8_quantize hc_combine_norm moe_fused_gate hc_mix_stats hc_boundary inverse_rope_quant_fp8 \
-    rmsnorm_quant_fp8; do
+    mxfp8_quantize hc_combine_norm moe_fused_gate hc_mix_stats hc_boundary hc_post_combine_norm \
+    inverse_rope_quant_fp8 rmsnorm_quant_fp8; do
     sweep=()
     [[ " ${SWEEP:-} " == *" $op "* ]] && sweep=(--sweep)
     run python3 "benchmark/kernels/bench_$op.py" --record "${sweep[@]}"

@@ -44,6 +44,7 @@ ARGMAX_ROWS = (1, 6, 8, 16, 32, 64, 96, 128, 256, 384)
 MHC_ROWS = (1, 2, 6, 12, 24, 31, 32, 64, 96, 128, 192, 256) + (512, 1024, 2048, 4096, 8192)
 MHC_ROWS += (16384, 65536)
 BOUNDARY_ROWS = (1, 2, 6, 12, 24, 31, 32, 48, 64, 96, 128)
+POST_COMBINE_NORM_ROWS = BOUNDARY_ROWS + (192, 256, 384)
 ROUTER_TOKENS = (1, 6, 16, 64, 256, 320, 512, 1024, 2048, 2560, 4096, 16384)
 SCHED_BS = (1, 4, 16, 64)
 WO_A_TP = (1, 2, 4)
@@ -238,6 +239,53 @@ def boundary_cases(device) -> list[Case]:
     ]
 
 
+def post_combine_norm_cases(device) -> list[Case]:
+    """One mHC boundary's critical path where SGLang runs the next statistics on its stats
+    stream: ``run_attn_post`` of a V4.1 layer's attention hyper-connection given the stream and
+    the consumer's ``HcNextBoundary``, then the consumer's ``combine``, on random bf16
+    ``[rows, 4, 5120]`` residuals. The triplet comes precomputed (what the stream delivers at
+    the join), so both arms time the post and the combine: SGLang's two launches, or ours in
+    one. Under :func:`one_rank_layout`, as :func:`boundary_cases`."""
+    layer = functools.cache(
+        lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
+    )
+
+    def build(rows):
+        mhc = importlib.import_module(MHC)
+        v41 = layer()
+        gen = torch.Generator(device).manual_seed(rows)
+        draw = lambda *shape: torch.randn(
+            *shape, generator=gen, device=device, dtype=torch.bfloat16
+        )
+        y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
+        comb = torch.rand(rows, 4, 4, generator=gen, device=device)
+        triplet = (
+            torch.rand(rows, 4, generator=gen, device=device) + 0.1,
+            2 * torch.rand(rows, 4, generator=gen, device=device),
+            comb / comb.sum(1, keepdim=True),
+        )
+        boundary = mhc.make_boundary(
+            v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc
+        )
+        stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else object()
+
+        def run():
+            with one_rank_layout():
+                state = mhc.run_attn_post(
+                    v41.attn_hc, y, residual, stats_stream=stream, next=boundary,
+                    world_size=1, precomputed=triplet,
+                )  # fmt: skip
+                return mhc.combine(v41.ffn_hc, state)
+
+        return run
+
+    sglang = ((MHC, ("_combine", "_post_fusion")),)
+    return [
+        Case("hc_post_combine_norm", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r))
+        for r in POST_COMBINE_NORM_ROWS
+    ]
+
+
 def one_rank_layout():
     """SGLang's parallel layout of a single rank without context parallelism, for the call
     inside (a scoped override of its runtime context; a published layout reads the same)."""
@@ -336,6 +384,9 @@ SITES = {
         "deepseek_v4_mhc.combine", functools.partial(mhc_cases, site="hc_combine_norm")
     ),
     "hc_boundary": Driver("deepseek_v4_mhc.run_attn_post + combine", boundary_cases),
+    "hc_post_combine_norm": Driver(
+        "deepseek_v4_mhc.run_attn_post (stats stream) + combine", post_combine_norm_cases
+    ),
     "rmsnorm_quant_fp8": Driver(
         "MQALayer._normalize_q_lora + wq_b's input quantization", q_side_cases
     ),
