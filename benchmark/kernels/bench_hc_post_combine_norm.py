@@ -9,12 +9,26 @@ as its chain dispatches them, our hooks out), ``unfused`` (SGLang's post, then o
 (``hc_post_combine_norm``, checked bit-equal to ``unfused`` first). The call through SGLang's
 chain is ``benchmark/call_sites.py``'s ``hc_post_combine_norm`` site.
 
-    python benchmark/kernels/bench_hc_post_combine_norm.py --record
+    python benchmark/kernels/bench_hc_post_combine_norm.py --record [--overlap 8,64]
+
+``--overlap MB,...`` also times what the form is for: a BS 1 verify cycle's 80 boundaries
+through SGLang's chain (``run_attn_post`` with the consumer's boundary, the consumer's
+``combine``), each followed by a stand-in for its sublayer (:data:`STAND_INS`: a bf16 GEMM of
+the normed rows reading MB megabytes of weights, or an MB copy on every SM), op
+``hc_boundary_overlap``, each record with its arm's fire counts. Arms: ``sglang-0.5.23`` (SGLang
+as it runs an SM90 verify: no stats stream, the statistics inside each post), ``ours`` (the
+plugin as its policy has it: the fused boundary, statistics inline), ``ours, stats stream``
+(SGLang's stats stream given to every post, as SGLang gives it on Blackwell: the statistics of
+each residual beside its sublayer, hc_post_combine_norm on the critical path, forced) and
+``sglang-0.5.23, stats stream`` (SGLang's own functions given the stream). Per cycle, stand-ins
+included; their time alone is the arm ``sublayer stand-ins``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
 
 import torch
 from common import parser, record, report, timed
@@ -74,9 +88,107 @@ def measure(m: int, device, layer, mhc) -> list[dict]:
     ]
 
 
+STAND_INS = ("gemm", "copy")
+"""Sublayer stand-ins: ``gemm``, the normed rows times MB megabytes of bf16 weights (a decode
+GEMM, which may leave SMs idle beside it); ``copy``, MB megabytes copied on every SM (a
+sublayer that holds the whole GPU, as FlashMLA's split decode or a persistent MoE GEMM do)."""
+COUNTED = (
+    "hc_boundary._post_fusion",
+    "hc_post_combine_norm._post_fusion",
+    "hc_mix_stats._mix_stats_impl",
+)
+"""The hooks whose fire counts each overlap record keeps (a declined arm shows there)."""
+
+
+@contextlib.contextmanager
+def forced(value: str):
+    """``DSV41_KERNELS_FORCE`` set to ``value`` inside the block (warm-up and capture)."""
+    old = os.environ.get("DSV41_KERNELS_FORCE")
+    os.environ["DSV41_KERNELS_FORCE"] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["DSV41_KERNELS_FORCE"]
+        else:
+            os.environ["DSV41_KERNELS_FORCE"] = old
+
+
+def overlap(mb: int, stand_in: str, device, layers, mhc) -> list[dict]:
+    """The 80 boundaries of a cycle with a ``stand_in`` of ``mb`` MB after each combine, in the
+    arms of the module's ``--overlap``, each record with the fire counts of its capture."""
+    from dsv41_kernels.sglang_plugin import dispatch
+    from dsv41_kernels.timing import graph_time_us
+
+    gen = torch.Generator().manual_seed(2)
+    sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
+    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    nexts = [
+        mhc.make_boundary(norms[i + 1], accepts_mxfp8=False, hc=sublayers[i + 1])
+        for i in range(len(sublayers) - 1)
+    ] + [None]
+    rows, hidden = callers.VERIFY_ROWS, callers.HIDDEN
+    ys = [torch.randn(rows, hidden, generator=gen).bfloat16().to(device) for _ in sublayers]
+    first = torch.randn(rows, 4, hidden, generator=gen).bfloat16().to(device)
+    x0 = torch.randn(rows, hidden, generator=gen).bfloat16().to(device)
+    weight = torch.randn(hidden, mb * 2**20 // (2 * hidden), device=device).bfloat16()
+    source, target = (torch.empty(mb * 2**20 // 2, device=device).bfloat16() for _ in range(2))
+
+    def sublayer(x):
+        if stand_in == "gemm":
+            torch.matmul(x, weight)
+        else:
+            target.copy_(source)
+
+    def cycle(stream):
+        residual, stats, x = first, None, x0
+        mhc.fork_stats_stream(stream)  # the first post's statistics read `first`
+        for i, hc in enumerate(sublayers):
+            sublayer(x)
+            state = mhc.run_attn_post(
+                hc, ys[i], residual, stats_stream=stream, next=nexts[i], world_size=1,
+                precomputed=stats,
+            )  # fmt: skip
+            if nexts[i] is not None:
+                mhc.fork_stats_stream(stream)  # as the layers fork before each combine
+                x = mhc.combine(sublayers[i + 1], state)
+            residual, stats = state.streams, state.stats
+
+    def sglang(stream):
+        with callers.sglang_functions(mhc, "_mix_stats_impl", "_combine", "_post_fusion"):
+            return cycle(stream)
+
+    def ours_overlapped(stream):
+        with forced("hc_boundary,hc_mix_stats,hc_combine_norm"):
+            return cycle(stream)
+
+    shape = f"80 x [6, 4, 5120] bf16 + {mb} MB {stand_in} stand-ins"
+    arms = (
+        ("sglang-0.5.23", lambda stream: sglang(None)),
+        ("ours", lambda stream: cycle(None)),
+        ("ours, stats stream", ours_overlapped),
+        ("sglang-0.5.23, stats stream", sglang),
+        ("sublayer stand-ins", lambda stream: [sublayer(x0) for _ in sublayers]),
+    )
+    records = []
+    for arm, run in arms:
+        stream = torch.cuda.Stream(device)  # each arm its own: a failed capture spoils no other
+        dispatch.reset()
+        fields = {"per_cycle": 1, "stand_in": stand_in}
+        try:
+            us = graph_time_us(lambda: run(stream), inner=2, repeats=20)
+        except Exception as e:  # an arm that cannot run here (SGLang's tilelang absent, say)
+            us, fields["error"] = None, f"{type(e).__name__}: {e}"[:200]
+        counts = dispatch.fire_counts()
+        fields["fire_counts"] = {hook: counts[hook] for hook in COUNTED if hook in counts}
+        records.append(record("hc_boundary_overlap", shape, arm, us, **fields))
+    return records
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", default="1,6,12,24,31,48,64,96,128,384")
+    p.add_argument("--overlap", default="", help="also the cycle with MB,... sublayer stand-ins")
     args = p.parse_args()
     device = torch.device("cuda")
     try:
@@ -90,6 +202,15 @@ def main() -> None:
     load_plugins()
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     records = [r for m in map(int, args.rows.split(",")) for r in measure(m, device, layer, mhc)]
+    if args.overlap:
+        from dsv41_kernels.calibration.drivers import one_rank_layout
+
+        gen = torch.Generator().manual_seed(1)
+        layers = [callers.v41_decoder_layer(gen, device, layer_id=i) for i in range(40)]
+        with one_rank_layout():
+            for mb in map(int, args.overlap.split(",")):
+                for stand_in in STAND_INS:
+                    records += overlap(mb, stand_in, device, layers, mhc)
     report(records, args.json, baseline="unfused")
 
 
