@@ -93,7 +93,8 @@ def _validate(y, residual, post, comb, pre, fn, scale, base, weight) -> None:
 def _fits(y, residual, post, comb, pre, fn, scale, base, weight) -> str | None:
     """Why the kernel cannot take these (valid) arguments, or None."""
     aligned = lambda t: t.data_ptr() % 16 == 0
-    if not (residual.is_contiguous() and aligned(residual)):
+    # stride(0) too: torch calls a one-row tensor contiguous whatever its row stride.
+    if not (residual.is_contiguous() and aligned(residual) and residual.stride(0) * 2 % 16 == 0):
         return "residual is not contiguous and 16-byte aligned"
     x_like = residual.flatten(1)  # a view: the admission allocates nothing
     if not rows_kernel_fits(x_like, fn):
