@@ -36,6 +36,7 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4_mhc.run_attn_post",
         "sglang.srt.models.deepseek_v4_mhc.run_moe_post",
     ),
+    "hc_stats_stream": ("sglang.srt.models.deepseek_v4_mhc.use_stats_stream",),
     "rmsnorm_quant_fp8": (
         "sglang.srt.models.deepseek_v4.MQALayer._normalize_q_lora",
         "sglang.srt.layers.attention.dsv4.indexer.C4Indexer.compute_q",
@@ -159,7 +160,10 @@ def test_startup_report_one_line(plugin, caplog):
     line = lines[0]
     assert "dsv41-kernels" in line and "sglang 0.5.23" in line
     on = "accept_greedy, moe_fused_gate, hc_combine_norm, hc_mix_stats, inverse_rope_quant_fp8"
-    later = "hc_boundary, rmsnorm_quant_fp8, accept_greedy_epilogue, sharded_accept_greedy"
+    later = (
+        "hc_boundary, hc_stats_stream, rmsnorm_quant_fp8, accept_greedy_epilogue, "
+        "sharded_accept_greedy"
+    )
     assert f"on: {on}, {later};" in line
     assert "off: decoding_sched_meta (DSV41_KERNELS_DISABLE)" in line
     assert "ignored unknown DSV41_KERNELS_DISABLE names: bogus" in line

@@ -14,7 +14,9 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
 combine+norm in one launch, or, where SGLang runs the statistics on its side stream, the post
-and combine+norm in one launch: ``hc_post_combine_norm``), ``rmsnorm_quant_fp8`` (the
+and combine+norm in one launch: ``hc_post_combine_norm``), ``hc_stats_stream`` (SGLang's stats
+stream for an SM90 verify step: not an op, a schedule; off until measured),
+``rmsnorm_quant_fp8`` (the
 attention's Q-side RMSNorm and the FP8 groups of ``wq_b``'s input on Hopper in one launch),
 ``accept_greedy_epilogue`` (DSpark's static verify epilogue: the accept and its tail in one
 launch), ``sharded_accept_greedy``
@@ -104,6 +106,11 @@ SITES = (
         f"{__name__}.hc_boundary",
         "mHC boundary: post + next statistics + next combine+norm -> hc_boundary "
         "(statistics on SGLang's stats stream: post + combine+norm -> hc_post_combine_norm)",
+    ),
+    Site(
+        "hc_stats_stream",
+        f"{__name__}.hc_stats_stream",
+        "mHC statistics of an SM90 verify step on SGLang's stats stream, beside the sublayer",
     ),
     Site(
         "rmsnorm_quant_fp8",

@@ -10,19 +10,21 @@ from __future__ import annotations
 from dsv41_kernels import sglang_plugin
 from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.sglang_plugin import dispatch
-from dsv41_kernels.sglang_plugin.policy import policy_refusal
+from dsv41_kernels.sglang_plugin.policy import SITE_SWITCH, policy_refusal
 
 
 def parts_refusal(parts: dict[str, str], rows) -> Admission | None:
-    """The refusal when an op whose bits a fused hook produces would not be what runs at its
-    own call site for ``rows``: its switch off or not installed, its hook off after an error,
-    or the GPU's policy declining it. ``parts`` maps each such switch to its hook's name."""
+    """The refusal when an op whose bits a fused hook produces (or whose launch a schedule
+    relies on) would not be what runs at its own call site for ``rows``: its switch off or not
+    installed, its hook off after an error, or the GPU's policy declining it. ``parts`` maps
+    each such policy site to its hook's name."""
     installed = sglang_plugin.status()  # None: installed by hand, every site taken as on
     failed = dispatch.failed_hooks()
     for part, hook in parts.items():
-        state = "on" if installed is None else installed.get(part, "off (not registered)")
+        switch = SITE_SWITCH[part]
+        state = "on" if installed is None else installed.get(switch, "off (not registered)")
         if state != "on":
-            return refuse(f"{part} switched {state}")
+            return refuse(f"{switch} switched {state}")
         if hook in failed:
             return refuse(f"{part} is off after an error")
         slower = policy_refusal(part, rows)
