@@ -46,7 +46,7 @@ if [ "$phase" != tests ]; then
     run python3 "benchmark/kernels/bench_$op.py" --record "${sweep[@]}"
   done
   # the boundary with its statistics beside sublayer stand-ins, against inline (issue 37)
-  run python3 benchmark/kernels/bench_hc_post_combine_norm.py --rows 6 --overlap 8,64 --record
+  run python3 benchmark/kernels/bench_hc_post_combine_norm.py --rows "" --overlap 8,64 --record
   gpus=$(nvidia-smi --list-gpus | wc -l)  # the sharded argmax with its collective (NCCL)
   for world in 2 4; do
     [ "$gpus" -ge "$world" ] && run python3 benchmark/kernels/bench_sharded_row_argmax.py \

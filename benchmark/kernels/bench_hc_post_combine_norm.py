@@ -9,7 +9,7 @@ as its chain dispatches them, our hooks out), ``unfused`` (SGLang's post, then o
 (``hc_post_combine_norm``, checked bit-equal to ``unfused`` first). The call through SGLang's
 chain is ``benchmark/call_sites.py``'s ``hc_post_combine_norm`` site.
 
-    python benchmark/kernels/bench_hc_post_combine_norm.py --record [--overlap 8,64]
+    python benchmark/kernels/bench_hc_post_combine_norm.py --record [--rows ""] [--overlap 8,64]
 
 ``--overlap MB,...`` also times what the form is for: a BS 1 verify cycle's 80 boundaries
 through SGLang's chain (``run_attn_post`` with the consumer's boundary, the consumer's
@@ -201,7 +201,8 @@ def main() -> None:
 
     load_plugins()
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
-    records = [r for m in map(int, args.rows.split(",")) for r in measure(m, device, layer, mhc)]
+    rows = [int(m) for m in args.rows.split(",") if m]  # --rows "": the overlap alone
+    records = [r for m in rows for r in measure(m, device, layer, mhc)]
     if args.overlap:
         from dsv41_kernels.calibration.drivers import one_rank_layout
 
