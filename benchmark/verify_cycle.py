@@ -107,12 +107,7 @@ def boundary_group(device, layers):
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     gen = torch.Generator().manual_seed(2)
-    sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
-    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
-    nexts = [
-        mhc.make_boundary(norms[i + 1], accepts_mxfp8=False, hc=sublayers[i + 1])
-        for i in range(len(sublayers) - 1)
-    ] + [None]
+    sublayers, nexts = callers.cycle_boundaries(layers)
     shape = (callers.VERIFY_ROWS, callers.HIDDEN)
     ys = [torch.randn(*shape, generator=gen).bfloat16().to(device) for _ in sublayers]
     first = torch.randn(shape[0], 4, shape[1], generator=gen).bfloat16().to(device)

@@ -31,6 +31,7 @@ import importlib
 import os
 
 import torch
+from bench_hc_boundary import inputs
 from common import parser, record, report, timed
 
 from dsv41_kernels.calibration import callers
@@ -44,17 +45,6 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
 
 EPS = 1e-6
 OP = "hc_post_combine_norm"
-
-
-def inputs(m: int, device, seed: int):
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.randn(m, 5120, generator=gen).bfloat16()
-    residual = torch.randn(m, 4, 5120, generator=gen).bfloat16()
-    post = 2 * torch.rand(m, 4, generator=gen)
-    comb = torch.rand(m, 4, 4, generator=gen)
-    comb = comb / comb.sum(1, keepdim=True)
-    pre = torch.rand(m, 4, generator=gen) + 0.1
-    return tuple(t.to(device) for t in (y, residual, post, comb, pre))
 
 
 def measure(m: int, device, layer, mhc) -> list[dict]:
@@ -121,12 +111,7 @@ def overlap(mb: int, stand_in: str, device, layers, mhc) -> list[dict]:
     from dsv41_kernels.timing import graph_time_us
 
     gen = torch.Generator().manual_seed(2)
-    sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
-    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
-    nexts = [
-        mhc.make_boundary(norms[i + 1], accepts_mxfp8=False, hc=sublayers[i + 1])
-        for i in range(len(sublayers) - 1)
-    ] + [None]
+    sublayers, nexts = callers.cycle_boundaries(layers)
     rows, hidden = callers.VERIFY_ROWS, callers.HIDDEN
     ys = [torch.randn(rows, hidden, generator=gen).bfloat16().to(device) for _ in sublayers]
     first = torch.randn(rows, 4, hidden, generator=gen).bfloat16().to(device)

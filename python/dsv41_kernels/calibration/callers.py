@@ -200,6 +200,21 @@ def v41_decoder_layer(gen, device, *, hidden: int = HIDDEN, layer_id: int = 0):
 # ---- moe_fused_gate: vision routing ------------------------------------------------------------
 
 
+def cycle_boundaries(layers):
+    """A forward's hyper-connections in order (each layer's ``attn_hc`` then ``ffn_hc``) and each
+    one's consumer boundary as ``HcReadCall.next_boundary`` makes it (the next hyper-connection
+    and its norm; None after the last)."""
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    sublayers = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
+    norms = [n for layer in layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
+    nexts = [
+        mhc.make_boundary(norms[i + 1], accepts_mxfp8=False, hc=sublayers[i + 1])
+        for i in range(len(sublayers) - 1)
+    ]
+    return sublayers, [*nexts, None]
+
+
 def vision_moe(gen, device, *, num_experts: int = EXPERTS, top_k: int = TOP_K, runner=None):
     """The parts of a DeepSeek-V4.1 MoE layer ``vision_topk`` reads: SGLang's real ``MoEGate``
     with the vision correction bias, its ``TopKConfig`` and routing-input resolution (a draft

@@ -194,6 +194,18 @@ def mhc_cases(device, site: str) -> list[Case]:
     return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in MHC_ROWS]
 
 
+def _boundary_at(v41, rows: int, device):
+    """``(mhc, y, residual, gen, boundary)`` for one boundary of ``rows`` random bf16 rows: the
+    sublayer's output, the streams it joins, the generator that drew them, and the consumer's
+    ``HcNextBoundary`` (the FFN hyper-connection and its norm)."""
+    mhc = importlib.import_module(MHC)
+    gen = torch.Generator(device).manual_seed(rows)
+    draw = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.bfloat16)
+    y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
+    boundary = mhc.make_boundary(v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc)
+    return mhc, y, residual, gen, boundary
+
+
 def boundary_cases(device) -> list[Case]:
     """One mHC boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of a V4.1
     layer's attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN one and
@@ -210,16 +222,8 @@ def boundary_cases(device) -> list[Case]:
     )
 
     def build(rows):
-        mhc = importlib.import_module(MHC)
         v41 = layer()
-        gen = torch.Generator(device).manual_seed(rows)
-        draw = lambda *shape: torch.randn(
-            *shape, generator=gen, device=device, dtype=torch.bfloat16
-        )
-        y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
-        boundary = mhc.make_boundary(
-            v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc
-        )
+        mhc, y, residual, _, boundary = _boundary_at(v41, rows, device)
         carried = {"stats": None}
 
         def run():
@@ -251,21 +255,13 @@ def post_combine_norm_cases(device) -> list[Case]:
     )
 
     def build(rows):
-        mhc = importlib.import_module(MHC)
         v41 = layer()
-        gen = torch.Generator(device).manual_seed(rows)
-        draw = lambda *shape: torch.randn(
-            *shape, generator=gen, device=device, dtype=torch.bfloat16
-        )
-        y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
+        mhc, y, residual, gen, boundary = _boundary_at(v41, rows, device)
         comb = torch.rand(rows, 4, 4, generator=gen, device=device)
         triplet = (
             torch.rand(rows, 4, generator=gen, device=device) + 0.1,
             2 * torch.rand(rows, 4, generator=gen, device=device),
             comb / comb.sum(1, keepdim=True),
-        )
-        boundary = mhc.make_boundary(
-            v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc
         )
         stream = torch.cuda.Stream(device) if torch.device(device).type == "cuda" else object()
 
