@@ -204,6 +204,24 @@ def test_gpu_matches_sglang_own_post_and_nonfinite_rows_stay_put(m):
 
 @pytest.mark.gpu
 @needs_kernel
+@pytest.mark.parametrize("m", (65, 96, 128, 384))
+def test_gpu_sglangs_tilelang_post_above_64_rows(m):
+    """Above 64 rows SGLang's SM90 post is the TileLang ``mhc_post``, said to have the split-H
+    order; the hook stops at 64 rows on SM90 until this shows it bit for bit."""
+    kernels = pytest.importorskip("sglang.kernels.ops.layernorm.mhc")
+    pytest.importorskip("tilelang")  # the kernel is built by TileLang at its first call
+    from dsv41_kernels.calibration.drivers import one_rank_layout
+
+    args = post_inputs(m, seed=60 + m, device="cuda", special=True)
+    y, residual, post, comb = args[:4]
+    updated, _ = hc_post_combine_norm(*args)
+    with one_rank_layout():  # its post asks whether prefill context parallelism interleaves
+        theirs = kernels.mhc_post(y, residual, post, comb)
+    assert bit_mismatches(updated, theirs) == 0
+
+
+@pytest.mark.gpu
+@needs_kernel
 def test_gpu_strided_rows_graph_replay_and_bad_launch_shapes():
     m = 6
     y, residual, post, comb, pre, weight = post_inputs(m, seed=9, device="cuda")
