@@ -32,7 +32,7 @@ import os
 
 import torch
 from bench_hc_boundary import inputs
-from common import parser, record, report, timed
+from common import parser, record, report, sgl_kernel_rmsnorm, timed
 
 from dsv41_kernels.calibration import callers
 from dsv41_kernels.calibration.drivers import one_rank_layout
@@ -185,6 +185,8 @@ def main() -> None:
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
+    stack = contextlib.ExitStack()
+    stack.enter_context(sgl_kernel_rmsnorm())  # SGLang's norm where sgl_kernel is a stand-in
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     rows = [int(m) for m in args.rows.split(",") if m]  # --rows "": the overlap alone
     records = [r for m in rows for r in measure(m, device, layer, mhc)]
@@ -197,6 +199,7 @@ def main() -> None:
             for mb in map(int, args.overlap.split(",")):
                 for stand_in in STAND_INS:
                     records += overlap(mb, stand_in, device, layers, mhc)
+    stack.close()
     report(records, args.json, baseline="unfused")
 
 

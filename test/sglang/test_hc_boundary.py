@@ -16,6 +16,7 @@ from test.sglang import callers
 
 HOOK = "hc_boundary._post_fusion"
 POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
+SITE = "hc_post_combine_norm"
 
 
 def chain(layer, y, y2, residual, *, ours: bool, stream=None):
@@ -124,17 +125,21 @@ def test_with_sglangs_stats_stream_the_boundary_leaves_the_statistics_out(
 
 
 def test_post_combine_norm_admission_on_a_pretend_h200(cpu_layer, on_gpu, monkeypatch):
-    """On an SM90 with SGLang's defaults the boundary without statistics is admitted (forced:
-    no policy measured it) in hc_combine_norm's launch shape; it declines, each with its reason,
-    where hc_combine_norm would not run, where no policy measured it, and where the seam is
-    closed."""
+    """On an SM90 with SGLang's defaults the boundary without statistics is admitted (forced,
+    under a policy that has not measured it) in hc_combine_norm's launch shape; it declines,
+    each with its reason, where hc_combine_norm would not run, where no policy measured it, and
+    where the seam is closed."""
     import types
 
     import dsv41_kernels.sglang_plugin as plugin_module
     from dsv41_kernels.sglang_plugin import hc_boundary as hook
+    from dsv41_kernels.sglang_plugin.policy import SITE_SWITCH
     from test.machine import on_cuda, pretend_arch
+    from test.sglang import policies
 
-    on_gpu()
+    every_row = {"series": [policies.series([(0, None)])]}
+    # An H200 policy that has measured every site but this one.
+    on_gpu(policy=policies.policy(sites={s: every_row for s in SITE_SWITCH if s != SITE}))
     pretend_arch(9, monkeypatch.setattr)
     platform = types.SimpleNamespace(is_blackwell=False, is_sm90=True)
     monkeypatch.setattr(hook, "get_platform", lambda: platform)

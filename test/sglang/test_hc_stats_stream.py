@@ -67,17 +67,23 @@ def test_other_steps_and_unmeasured_gpus_keep_sglangs_answer(read, fired, monkey
     assert read("DECODE", 65) is None
     counts = fired()[HOOK]
     assert counts["ours"] == 0 and counts["sglang"] == {"not a target-verify step": 2}, counts
-    on_gpu()  # the tensors count as on an H200, whose policy has measured neither site
+    from test.sglang import policies
+
+    # The tensors count as on an H200 whose policy takes the boundary without statistics.
+    every_row = {"series": [policies.series([(0, None)])]}
+    on_gpu(policy=policies.policy(sites={"hc_post_combine_norm": every_row}))
     dispatch.reset()
     assert read("TARGET_VERIFY", 6) is None
+    assert list(fired()[HOOK]["sglang"])[0].startswith("hc_stats_stream not measured")
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_stats_stream")
-    assert read("TARGET_VERIFY", 6) is None  # it would displace the fused boundary
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
+    assert read("TARGET_VERIFY", 6) == "the layer's stats stream"
+    # A policy without it: forcing the stream alone would displace the fused boundary.
+    on_gpu(policy=policies.policy())
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_stats_stream")
+    dispatch.reset()
     assert read("TARGET_VERIFY", 6) is None
-    reasons = list(fired()[HOOK]["sglang"])
-    assert len(reasons) == 2, reasons
-    assert reasons[0].startswith("hc_post_combine_norm: ") and "not measured" in reasons[0]
-    assert reasons[1].startswith("hc_stats_stream not measured"), reasons
+    (reason,) = fired()[HOOK]["sglang"]
+    assert reason.startswith("hc_post_combine_norm: ") and "not measured" in reason
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_stats_stream,hc_boundary")
     assert read("TARGET_VERIFY", 6) == "the layer's stats stream"
     installed = plugin_module.status()
