@@ -95,7 +95,7 @@ def hc_combine_norm(
     """
     x_in = _combine_bf16(x, pre)
     h = x_in.shape[-1]
-    eps32 = torch.tensor(eps, dtype=torch.float32, device=x.device)
+    eps32 = torch.full((), eps, dtype=torch.float32, device=x.device)
     if dtype == torch.float64:
         xd = x_in.double()
         inv = 1.0 / torch.sqrt((xd * xd).mean(-1, keepdim=True) + eps32.double())

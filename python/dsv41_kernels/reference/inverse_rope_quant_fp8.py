@@ -66,7 +66,8 @@ _RCP_STEP_TABLE[list(RCP_APPROX_STEPS)] = torch.tensor(
 
 
 def _f32(bits: int, device) -> torch.Tensor:
-    return torch.tensor(bits, dtype=torch.int32, device=device).view(torch.float32)
+    # A fill on the device, not a host copy: the fallbacks stay capturable in CUDA graphs.
+    return torch.full((), bits, dtype=torch.int32, device=device).view(torch.float32)
 
 
 def fma_f32(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

@@ -91,7 +91,7 @@ def vision_topk(
         shared_ids = num_experts + torch.arange(num_shared_slots, device=logits.device)
         ids = torch.cat([ids, shared_ids.expand(num_tokens, -1)], dim=-1)
         # A true division: torch on CUDA multiplies by the reciprocal of a Python scalar divisor.
-        scaling = torch.tensor(routed_scaling_factor, dtype=torch.float32, device=logits.device)
+        scaling = torch.full((), routed_scaling_factor, dtype=torch.float32, device=logits.device)
         shared_weight = (routed_sum / scaling).expand(-1, num_shared_slots)
         weights = torch.cat([weights, shared_weight], dim=-1)
     if renormalize:

@@ -129,7 +129,7 @@ def _quantize_blocks(blocks: torch.Tensor, backend: str) -> tuple[torch.Tensor, 
     else:
         vmax = ignoring_nan.amax(-1)
         vmax = torch.where(vmax < 0, float("nan"), vmax)
-    rcp_448 = _f32_from_bits(torch.tensor(RCP_448_BITS, device=blocks.device))
+    rcp_448 = _f32_from_bits(torch.full((), RCP_448_BITS, device=blocks.device))
     flush = _ftz if backend == "cuda" else (lambda t: t)  # cute-dsl keeps subnormals
     e = _ue8m0(flush(vmax * rcp_448).contiguous(), backend)
     osc = torch.where((e == 0) | (e >= 254), 0.0, _pow2(torch.clamp(127 - e, -126, 127)))

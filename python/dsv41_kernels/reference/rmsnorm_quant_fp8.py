@@ -33,7 +33,8 @@ from dsv41_kernels.reference.mxfp8_quantize import E4M3_MAX, RCP_448_BITS, e4m3_
 
 
 def _f32(bits: int, device) -> torch.Tensor:
-    return torch.tensor(bits, dtype=torch.int32, device=device).view(torch.float32)
+    # A fill on the device, not a host copy: the fallback stays capturable in CUDA graphs.
+    return torch.full((), bits, dtype=torch.int32, device=device).view(torch.float32)
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
