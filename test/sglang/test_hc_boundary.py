@@ -169,8 +169,8 @@ def test_post_combine_norm_admission_on_a_pretend_h200(cpu_layer, on_gpu, monkey
 
 def test_post_rule_follows_sglangs_dispatch(plugin, monkeypatch):
     """Ours reproduces SGLang's split-H post: on Blackwell (which takes it first) up to 384 rows,
-    and on SM90 with the TileLang post on and FlashInfer's off (their defaults) up to 64; not
-    otherwise."""
+    and on SM90 with the TileLang post on and FlashInfer's off (their defaults) up to 384 (split-H
+    to 64, the TileLang post with its bits above); not otherwise."""
     import types
 
     from sglang.srt.environ import envs
@@ -182,8 +182,8 @@ def test_post_rule_follows_sglangs_dispatch(plugin, monkeypatch):
     platform = lambda **kw: types.SimpleNamespace(**{"is_blackwell": False, "is_sm90": False, **kw})
     monkeypatch.setattr(hook, "get_platform", lambda: platform(is_sm90=True))
     with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(True):
-        assert split_h(cfg, 1) and split_h(cfg, 64)
-        assert not split_h(cfg, 0) and not split_h(cfg, 65)
+        assert split_h(cfg, 1) and split_h(cfg, 64) and split_h(cfg, 384)
+        assert not split_h(cfg, 0) and not split_h(cfg, 385)
         with envs.SGLANG_OPT_USE_FLASHINFER_MHC.override(True):
             assert not split_h(cfg, 6)
     with envs.SGLANG_OPT_USE_TILELANG_MHC_POST.override(False):

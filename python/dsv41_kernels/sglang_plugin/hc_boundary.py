@@ -24,8 +24,8 @@ post they run, whether SGLang gave them that stream.
 
 Both forms decline (SGLang's ``_post_fusion`` runs) where the seam is closed (no ``next``) or
 SGLang fuses it itself (its mega boundary), where SGLang's post is not the split-H fma chain
-(``SGLANG_OPT_USE_FLASHINFER_MHC`` on, or the TileLang post off, on SM90; above 64 rows on SM90
-and 384 on Blackwell: :func:`sglang_post_is_split_h`), for a norm SGLang
+(``SGLANG_OPT_USE_FLASHINFER_MHC`` on, or the TileLang post off, on SM90; above 384 rows:
+:func:`sglang_post_is_split_h`), for a norm SGLang
 calls not fusable, for a consumer that wants a pre-quantized input (``HcQuantized``), wherever
 our ``hc_combine_norm`` would not run at an unfused seam (switched off, not installed, off
 after an error, or declined by the GPU's policy: both forms produce its bits), or where the
@@ -143,15 +143,18 @@ def post_combine_norm_admission(hc, y, residual, coefficients, next) -> Admissio
     return hc_post_combine_norm_admission(y, residual, post, comb, pre, next.norm.weight)
 
 
-SPLIT_H_MAX_ROWS = {"blackwell": 384, "sm90": 64}
-"""The rows up to which SGLang 0.5.23's ``post`` takes ``mhc_post_split_h`` (its tile limit on
-Blackwell, its TileLang rule on SM90); above, another kernel rounds the post."""
+SPLIT_H_MAX_ROWS = {"blackwell": 384, "sm90": 384}
+"""The rows up to which SGLang 0.5.23's ``post`` has the split-H bits: on Blackwell
+``mhc_post_split_h`` (its tile limit; above, another kernel rounds it); on SM90 the split-H
+kernel to 64 rows and the TileLang ``mhc_post`` above, whose bits a GPU test holds to be the
+same at 65-384 rows (``test_gpu_sglangs_tilelang_post_above_64_rows``)."""
 
 
 def sglang_post_is_split_h(cfg, rows: int) -> bool:
     """Whether SGLang 0.5.23's ``post`` runs ``mhc_post_split_h`` for V4.1's streams at ``rows``
-    rows, as ``deepseek_v4_mhc.post`` picks: Blackwell first, up to 384 rows; elsewhere only on
-    SM90 with the TileLang post on and FlashInfer's off (their defaults), up to 64 rows.
+    rows (or the TileLang post with its bits), as ``deepseek_v4_mhc.post`` picks: Blackwell
+    first, up to 384 rows; elsewhere only on SM90 with the TileLang post on and FlashInfer's off
+    (their defaults), up to 384 rows (:data:`SPLIT_H_MAX_ROWS`).
     Otherwise SGLang rounds another way and ours would change its bits."""
     v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120 and rows > 0
     platform = get_platform()

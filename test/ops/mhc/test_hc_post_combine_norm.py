@@ -206,8 +206,8 @@ def test_gpu_matches_sglang_own_post_and_nonfinite_rows_stay_put(m):
 @needs_kernel
 @pytest.mark.parametrize("m", (65, 96, 128, 384))
 def test_gpu_sglangs_tilelang_post_above_64_rows(m):
-    """Above 64 rows SGLang's SM90 post is the TileLang ``mhc_post``, said to have the split-H
-    order; the hook stops at 64 rows on SM90 until this shows it bit for bit."""
+    """Above 64 rows SGLang's SM90 post is the TileLang ``mhc_post``: it has the split-H bits,
+    which lets the hook take SGLang's post up to 384 rows on SM90."""
     kernels = pytest.importorskip("sglang.kernels.ops.layernorm.mhc")
     pytest.importorskip("tilelang")  # the kernel is built by TileLang at its first call
     from dsv41_kernels.calibration.drivers import one_rank_layout
