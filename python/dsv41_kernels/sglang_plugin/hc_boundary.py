@@ -143,7 +143,7 @@ def post_combine_norm_admission(hc, y, residual, coefficients, next) -> Admissio
     return hc_post_combine_norm_admission(y, residual, post, comb, pre, next.norm.weight)
 
 
-SPLIT_H_MAX_ROWS = {"blackwell": 384, "sm90": 384}
+SPLIT_H_MAX_ROWS = 384
 """The rows up to which SGLang 0.5.23's ``post`` has the split-H bits: on Blackwell
 ``mhc_post_split_h`` (its tile limit; above, another kernel rounds it); on SM90 the split-H
 kernel to 64 rows and the TileLang ``mhc_post`` above, whose bits a GPU test holds to be the
@@ -156,14 +156,14 @@ def sglang_post_is_split_h(cfg, rows: int) -> bool:
     first, up to 384 rows; elsewhere only on SM90 with the TileLang post on and FlashInfer's off
     (their defaults), up to 384 rows (:data:`SPLIT_H_MAX_ROWS`).
     Otherwise SGLang rounds another way and ours would change its bits."""
-    v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120 and rows > 0
+    v41 = cfg.pre_from_prev and cfg.mult == 4 and cfg.hidden == 5120
+    if not (v41 and 0 < rows <= SPLIT_H_MAX_ROWS):
+        return False
     platform = get_platform()
     if platform.is_blackwell:
-        return v41 and rows <= SPLIT_H_MAX_ROWS["blackwell"]
+        return True
     tilelang = envs.SGLANG_OPT_USE_TILELANG_MHC_POST.get()
-    flashinfer = envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
-    sm90 = v41 and platform.is_sm90 and rows <= SPLIT_H_MAX_ROWS["sm90"]
-    return sm90 and tilelang and not flashinfer
+    return platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
 
 
 def parts_refusal(rows) -> Admission | None:

@@ -18,7 +18,7 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
 from test.machine import on_cuda, pretend_arch
-from test.ops.mhc.test_hc_boundary import boundary_inputs
+from test.ops.mhc.test_hc_boundary import boundary_inputs, needs_rows_kernel
 
 H = 5120
 EPS = 1e-6
@@ -169,12 +169,13 @@ def test_gpu_fused_equals_unfused_bit_for_bit(m):
 
 @pytest.mark.gpu
 @needs_kernel
+@needs_rows_kernel
 def test_gpu_has_the_bits_of_the_boundary_with_statistics():
     for m in (1, 6, 31, 64):
         args = boundary_inputs(m, seed=7 * m, device="cuda", special=True)
-        if not hc_boundary_admission(*args):
-            pytest.skip("the boundary's small-row kernel needs 128+ SMs")
-        updated, normed, _ = hc_boundary(*args)
+        admission = hc_boundary_admission(*args)
+        assert admission, admission.reason
+        updated, normed, _ = hc_boundary(*args, admission=admission)
         y, residual, post, comb, pre, _, _, _, weight = args
         ours = hc_post_combine_norm(y, residual, post, comb, pre, weight, EPS)
         assert bit_mismatches(ours, (updated, normed)) == 0
