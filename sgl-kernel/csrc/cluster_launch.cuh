@@ -19,13 +19,15 @@
 // must call wait_for_previous_grid() before its first global memory access, read or write, and
 // may call allow_next_grid() right after it. SGLang's own JIT kernels launch this way
 // on Hopper; in a chain of launches (a CUDA graph included) it hides most of the gap between two
-// kernels.
+// kernels. launch_with_smem: the same with `smem` bytes of dynamic shared memory a CTA.
 template <typename... Params, typename... Args>
-void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
-                        unsigned cluster, bool dependent, cudaStream_t stream, Args&&... args) {
+void launch_with_smem(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                      size_t smem, unsigned cluster, bool dependent, cudaStream_t stream,
+                      Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attr[2];
   unsigned count = 0;
@@ -47,6 +49,13 @@ void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, 
   if (err != cudaSuccess) {
     TVM_FFI_THROW(RuntimeError) << what << " launch failed: " << cudaGetErrorString(err);
   }
+}
+
+template <typename... Params, typename... Args>
+void launch_in_clusters(const char* what, void (*kernel)(Params...), dim3 grid, dim3 block,
+                        unsigned cluster, bool dependent, cudaStream_t stream, Args&&... args) {
+  launch_with_smem(what, kernel, grid, block, 0, cluster, dependent, stream,
+                   std::forward<Args>(args)...);
 }
 
 // `kernel` over `grid` CTAs of `block` threads with `smem` bytes of dynamic shared memory as a

@@ -31,9 +31,9 @@ our ``hc_combine_norm`` would not run at an unfused seam (switched off, not inst
 after an error, or declined by the GPU's policy: both forms produce its bits), or where the
 op's admission or the GPU's policy refuses. The fused boundary also declines in
 batch-invariant mode (the small-row statistics are not batch-invariant) and wherever our
-``hc_mix_stats`` would not run, and beyond 64 rows or below 128 SMs. It assumes its 128 CTAs
-find their SMs: a kernel holding SMs on another stream (two-batch overlap) delays the
-cooperative grid.
+``hc_mix_stats`` would not run, and beyond 64 rows or below 128 SMs. Launched as its
+cooperative grid, it would wait for all 128 of its CTAs to find SMs (a kernel holding SMs on
+another stream delays it); its dependent pair (not yet the plan's launch anywhere) would not.
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
 ``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows (both forms).

@@ -2,6 +2,7 @@
 bits of the unfused ops, in one launch (the GPU tier); the references, the admission and the
 fallback (everywhere)."""
 
+import dataclasses
 import fractions
 import struct
 
@@ -15,7 +16,9 @@ from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import MIX_RTOL, hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
+    ROWS_KERNEL_DEPENDENT,
     ROWS_KERNEL_SLICES,
+    launched_as,
     rows_kernel_fits,
     rows_kernel_tile,
 )
@@ -26,6 +29,7 @@ from dsv41_kernels.reference.hc_mix_stats import hc_mix, hc_post
 from test.machine import on_cuda, pretend_arch
 
 H = 5120
+ROWS_KERNEL = "small_row/cuda fp32 " + ("dependent pair" if ROWS_KERNEL_DEPENDENT else "fused")
 
 
 def boundary_inputs(m: int, *, seed: int, hidden: int = H, device="cpu", special: bool = False):
@@ -134,14 +138,24 @@ def test_kernel_admission_on_a_pretend_h200(monkeypatch):
     for m, tile in ((1, 8), (6, 8), (9, 16), (16, 16), (17, 32), (64, 32)):
         args = tuple(on_cuda(t) for t in boundary_inputs(m, seed=m))
         a = hc_boundary_admission(*args)
-        assert a and a.kernel == "cuda cooperative"
+        assert a and a.kernel == "cuda" and a.plan.dependent == ROWS_KERNEL_DEPENDENT
         assert a.plan.row_tile == tile == rows_kernel_tile(m)
         x = args[1].flatten(1)
-        assert hc_mix_stats_admission(x, args[5]).kernel == "small_row/cuda fp32 fused"
+        stats = hc_mix_stats_admission(x, args[5])
+        assert stats.kernel == ROWS_KERNEL
+        for dependent, name in ((True, "dependent pair"), (False, "fused")):
+            pair = dataclasses.replace(a.plan, dependent=dependent)
+            assert launched_as(a, dependent).plan == pair
+            launched = launched_as(stats, dependent)
+            assert launched.kernel == launched.plan.kernel == f"small_row/cuda fp32 {name}"
+            assert (launched.plan.dependent, launched.plan.fused) == (dependent, not dependent)
     for m in (65, 127, 128):
         args = tuple(on_cuda(t) for t in boundary_inputs(m, seed=0))
         assert not hc_boundary_admission(*args)
-        assert hc_mix_stats_admission(args[1].flatten(1), args[5]).kernel.startswith("compensated")
+        compensated = hc_mix_stats_admission(args[1].flatten(1), args[5])
+        assert compensated.kernel.startswith("compensated")
+        with pytest.raises(ValueError, match="small-row"):
+            launched_as(compensated, True)
     monkeypatch.setattr(plan, "multiprocessors", lambda index: 114)
     args = tuple(on_cuda(t) for t in boundary_inputs(6, seed=0))
     assert not rows_kernel_fits(args[1].flatten(1), args[5])
@@ -184,7 +198,7 @@ def test_gpu_fused_equals_unfused_bit_for_bit(m):
         y, residual, post, comb, pre, fn, scale, base, weight = args
         assert bit_mismatches(updated, sglang_post(y, residual, post, comb)) == 0
         flat = updated.flatten(1)
-        assert hc_mix_stats_admission(flat, fn).kernel == "small_row/cuda fp32 fused"
+        assert hc_mix_stats_admission(flat, fn).kernel == ROWS_KERNEL
         for a, b in zip(stats, hc_mix_stats(flat, fn, scale, base), strict=True):
             assert bit_mismatches(a, b) == 0
         assert bit_mismatches(normed, hc_combine_norm(flat, pre, weight, 1e-6)) == 0
@@ -245,7 +259,7 @@ def test_gpu_a_rows_statistics_do_not_depend_on_the_batch():
     """The small-row kernel's sums of a row depend on the row alone: the same bits alone or in
     a batch, whatever the rows a pass (8, 16 or 32) and the row's position."""
     x, fn, scale, base = example_inputs(64, H, device="cuda", seed=5)
-    assert hc_mix_stats_admission(x, fn).kernel == "small_row/cuda fp32 fused"
+    assert hc_mix_stats_admission(x, fn).kernel == ROWS_KERNEL
     whole = hc_mix_stats(x, fn, scale, base)
     for m in (1, 8, 16, 33):
         alone = hc_mix_stats(x[-m:].clone(), fn, scale, base)
@@ -279,3 +293,42 @@ def test_gpu_nonfinite_values_stay_in_their_row(m):
     ours = (updated, normed, *stats)
     for a, b in zip(ours, (clean[0], clean[1], *clean[2]), strict=True):
         assert bit_mismatches(a[1:], b[1:]) == 0
+
+
+@pytest.mark.gpu
+@needs_rows_kernel
+@pytest.mark.parametrize("m", (1, 6, 17, 64))
+def test_gpu_dependent_pair_has_the_cooperative_grids_bits(m):
+    """The small-row kernel's two launches: the dependent pair and the cooperative grid give the
+    same bits, fused and for the statistics alone, eagerly and in a CUDA graph, over a chain of
+    boundaries each reading the one before (so a grid that started before its predecessor had
+    finished, or a scratch the allocator hands on, would show)."""
+    args = boundary_inputs(m, seed=600 + m, device="cuda", special=True)
+    y, residual, rest = args[0], args[1], args[2:]
+    fused = _admitted(args)
+    stats = hc_mix_stats_admission(residual.flatten(1), args[5])
+    assert stats.plan.dependent == ROWS_KERNEL_DEPENDENT
+
+    def chain(dependent: bool, length: int = 6):
+        outputs, streams = [], residual
+        for _ in range(length):
+            updated, normed, triplet = hc_boundary(
+                y, streams, *rest, admission=launched_as(fused, dependent)
+            )
+            alone = hc_mix_stats(
+                updated.flatten(1), *args[5:8], admission=launched_as(stats, dependent)
+            )
+            outputs += [updated, normed, *triplet, *alone]
+            streams = updated
+        return outputs
+
+    cooperative = chain(False)
+    for dependent in (True, False):
+        assert bit_mismatches(chain(dependent), cooperative) == 0
+        graph, captured = torch.cuda.CUDAGraph(), {}
+        with torch.cuda.graph(graph):
+            captured["v"] = chain(dependent)
+        for _ in range(2):
+            graph.replay()
+        torch.cuda.synchronize()
+        assert bit_mismatches(captured["v"], cooperative) == 0

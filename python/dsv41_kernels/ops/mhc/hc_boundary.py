@@ -5,8 +5,9 @@ Between two sublayers DeepSeek-V4.1 rebuilds the four residual streams (the post
 next hyper-connection's ``(pre, post, comb)`` from them (the statistics) and collapses them into
 the next sublayer's input (the combine + RMSNorm, with the gates ``pre`` of the previous
 statistics: SGLang's lag). At decode and verify sizes each step is a few hundred nanoseconds of
-memory traffic behind its own launch and a grid-wide dependency; here they are one cooperative
-launch (``sgl-kernel/csrc/hc_boundary.cu``).
+memory traffic behind its own launch and a grid-wide dependency; here they are one kernel
+(``sgl-kernel/csrc/hc_boundary.cu``): one cooperative grid, or a dependent pair of grids whose
+kernel boundary is the barrier.
 
 Contract (``y [m, H]`` bf16, ``residual [m, 4, H]`` bf16, ``post [m, 4]`` and ``comb [m, 4, 4]``
 fp32 (this boundary's triplet), ``pre [m, 4]`` fp32 (the next combine's gates), ``fn [24, 4H]``,
@@ -48,6 +49,7 @@ from dsv41_kernels.admission import (
 )
 from dsv41_kernels.devices import cuda_index
 from dsv41_kernels.jit import load_module
+from dsv41_kernels.ops.mhc import hc_mix_stats_plan
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import (
     MAX_SINKHORN_ITERS,
@@ -65,15 +67,18 @@ from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
 
 MODULE = "hc_boundary"  # sgl-kernel/csrc/hc_boundary.cu
-KERNEL = "cuda cooperative"
+KERNEL = "cuda"
 
 
 @dataclass(frozen=True)
 class BoundaryPlan:
-    """What runs: the one cooperative kernel with the small-row statistics' rows a pass
-    (:func:`~.hc_mix_stats_plan.rows_kernel_tile`)."""
+    """What runs: the small-row statistics' kernel with the post and the combine, its rows a
+    pass (:func:`~.hc_mix_stats_plan.rows_kernel_tile`), launched as the small-row statistics
+    are (``dependent``: the dependent pair, else one cooperative grid;
+    :data:`~.hc_mix_stats_plan.ROWS_KERNEL_DEPENDENT`)."""
 
     row_tile: int
+    dependent: bool
     kernel: str = KERNEL
 
 
@@ -122,7 +127,7 @@ def hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight)
     why = _fits(y, residual, post, comb, pre, fn, scale, base, weight)
     if why is not None:
         return refuse(why)
-    plan = BoundaryPlan(rows_kernel_tile(y.shape[0]))
+    plan = BoundaryPlan(rows_kernel_tile(y.shape[0]), hc_mix_stats_plan.ROWS_KERNEL_DEPENDENT)
     return admit(KERNEL, f"{KERNEL}: {y.shape[0]} rows, row tile {plan.row_tile}", MODULE, plan)
 
 
@@ -180,7 +185,8 @@ def hc_boundary(
     module = load_module(MODULE, cuda_index(y.device))
     module.hc_boundary_cuda(
         y, residual, post, comb, pre, weight, fn, scale, base, updated, normed, *stats, part,
-        admission.plan.row_tile, rms_eps, eps, post_mult, norm_eps, iters,
+        admission.plan.row_tile, admission.plan.dependent, rms_eps, eps, post_mult, norm_eps,
+        iters,
     )  # fmt: skip
     return updated, normed, tuple(stats[:3])
 

@@ -28,10 +28,11 @@ Paths (chosen by :func:`hc_mix_stats_admission`, every one deterministic):
   error, not the other bits.
 - ``small_row`` (fewer rows, decode and verify) on the raw ``fn`` (no split to hold): on
   sm_90+ with 128+ SMs, H = 5120 and 1-64 rows (:func:`~.hc_mix_stats_plan.rows_kernel_fits`;
-  ``auto`` takes the compensated path from 65 rows on such a GPU) one
-  cooperative launch of ``sgl-kernel/csrc/hc_boundary.cu``, whose projection is fp32 fmas on
-  CUDA cores (each product rounded once; the K slices and the orders are in the source's
-  header) and whose CTAs then finish a row each; :func:`~.hc_boundary.hc_boundary` runs the
+  ``auto`` takes the compensated path from 65 rows on such a GPU) the small-row kernel of
+  ``sgl-kernel/csrc/hc_boundary.cu``, whose projection is fp32 fmas on CUDA cores (each
+  product rounded once; the K slices and the orders are in the source's header) and whose
+  CTAs then finish a row each, launched as a dependent pair of grids or as one cooperative
+  grid (the plan's ``dependent``; the same bits); :func:`~.hc_boundary.hc_boundary` runs the
   same code after the post, so both give the same bits. Elsewhere the same two launches as
   above, the projection one TF32x3 ``tl.dot`` (the split made in registers; x's residual is
   zero), K cut into up to 128 slices so a handful of rows fills the machine.
@@ -289,7 +290,7 @@ def launch(
         part = torch.empty((m, cfg.splits, HC_MIX + 1), dtype=torch.float32, device=device)
         load_module(ROWS_MODULE, cuda_index(device)).hc_mix_stats_rows_cuda(
             x2d, fn, scale.reshape(-1).contiguous(), base.reshape(-1).contiguous(), pre, post,
-            comb, mix, part, cfg.block_m, rms_eps, eps, post_mult, iters,
+            comb, mix, part, cfg.block_m, plan.dependent, rms_eps, eps, post_mult, iters,
         )  # fmt: skip
         return outputs
     cuda = plan.projection is not Projection.TRITON

@@ -9,6 +9,7 @@ residual streams every rank of a tensor-parallel group holds a copy of).
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 
@@ -67,7 +68,16 @@ the one-wave shapes (faster on the H200; at 16 and 32 rows a program it was slow
 _INTERPRETER_SMS = 8  # a small "machine" under the Triton interpreter keeps CPU runs short
 ROWS_KERNEL_SLICES = 128
 """K slices of the small-row kernel (``sgl-kernel/csrc/hc_boundary.cu``): one CTA each, all
-resident at once, so it runs on GPUs of at least this many SMs."""
+resident at once in its cooperative launch, so it runs on GPUs of at least this many SMs."""
+ROWS_KERNEL_DEPENDENT = False
+"""How the small-row kernel's two phases launch: a dependent pair (the slices grid, then the
+rows grid, each a programmatic dependent launch), else one cooperative grid with a grid-wide
+barrier between them; the bits are the same. The pair: its slices pull their fn lines into L2
+while the previous kernel finishes, and neither grid needs the GPU to itself, so it shares the
+SMs with a sublayer on a side stream. It has not run on a GPU yet, so the measured cooperative
+grid stays the default until ``benchmark/kernels/bench_hc_boundary.py --cycle`` (both launches
+over a verify cycle's 80 boundaries) and the GPU tests that hold the two side by side have
+run; :func:`launched_as` picks either for one call."""
 ROWS_KERNEL_K = 20480  # 4 x 5120: the kernel's one width (V4's hidden size)
 ROWS_KERNEL_MAX_ROWS = 64
 """Rows the small-row kernel takes (CTAs r and 127 - r finish row r; above, its fp32 CUDA-core
@@ -89,7 +99,9 @@ class SplitKConfig:
 @dataclass(frozen=True)
 class MixStatsPlan:
     """What runs: ``path``, the projection's kernel and ``numerics``, its launch shape
-    ``config``, and whether the CUDA projection ``fused`` the statistics into its own launch.
+    ``config``, and whether the CUDA projection ``fused`` the statistics into its own launch
+    (the small-row kernel does, as one cooperative grid) or the small-row kernel runs them as
+    its ``dependent`` pair's second grid.
     Made by :func:`make_plan` (which checks the shape) and carried as ``Admission.plan``."""
 
     path: Path
@@ -97,6 +109,7 @@ class MixStatsPlan:
     numerics: Numerics
     config: SplitKConfig
     fused: bool
+    dependent: bool = False  # the small-row kernel as its dependent pair (ROWS_KERNEL_DEPENDENT)
 
     @property
     def partial_columns(self) -> int:
@@ -118,6 +131,8 @@ class MixStatsPlan:
     def kernel(self) -> str:
         """The admission's name for it, e.g. ``"compensated/cuda wgmma fused"``."""
         name = f"{self.path.value}/{self.projection.value}"
+        if self.dependent:
+            return f"{name} dependent pair"
         return f"{name} fused" if self.fused else name
 
 
@@ -267,7 +282,8 @@ def make_plan(
     path: Path, projection: Projection, config: SplitKConfig, numerics: Numerics | None = None
 ) -> MixStatsPlan:
     """The plan for ``config`` (checked: ValueError if the kernels do not take it); ``numerics``
-    defaults to the path's (TF32X3 on the small-row path, else COMPENSATED)."""
+    defaults to the path's (TF32X3 on the small-row path, else COMPENSATED); the small-row
+    kernel launches as :data:`ROWS_KERNEL_DEPENDENT` says."""
     cuda = projection is not Projection.TRITON
     wgmma = projection is Projection.CUDA_WGMMA
     rows = projection is Projection.CUDA_FP32
@@ -278,8 +294,22 @@ def make_plan(
         numerics = Numerics.COMPENSATED
         if path is Path.SMALL_ROW:
             numerics = Numerics.FP32 if rows else Numerics.TF32X3
-    fused = rows or fuses(config, wgmma=wgmma)
-    return MixStatsPlan(path, projection, numerics, config, fused)
+    dependent = rows and ROWS_KERNEL_DEPENDENT
+    fused = (rows and not dependent) or fuses(config, wgmma=wgmma)
+    return MixStatsPlan(path, projection, numerics, config, fused, dependent)
+
+
+def launched_as(admission, dependent: bool):
+    """``admission`` (of ``hc_mix_stats`` or ``hc_boundary`` on the small-row kernel) with that
+    kernel launched as its dependent pair or as its cooperative grid: the same bits, for tests
+    and benchmarks that hold the two side by side."""
+    if isinstance(admission.plan, MixStatsPlan):
+        if admission.plan.projection is not Projection.CUDA_FP32:
+            raise ValueError(f"not the small-row kernel: {admission.plan.kernel}")
+        plan = dataclasses.replace(admission.plan, dependent=dependent, fused=not dependent)
+        return dataclasses.replace(admission, plan=plan, kernel=plan.kernel)
+    plan = dataclasses.replace(admission.plan, dependent=dependent)
+    return dataclasses.replace(admission, plan=plan)
 
 
 def default_plan(path: Path, projection: Projection, m: int, k: int, device) -> MixStatsPlan:
