@@ -45,6 +45,8 @@ if [ "$phase" != tests ]; then
     [[ " ${SWEEP:-} " == *" $op "* ]] && sweep=(--sweep)
     run python3 "benchmark/kernels/bench_$op.py" --record "${sweep[@]}"
   done
+  # the small-row kernel's two launches over a verify cycle's boundaries (issue 37)
+  run python3 benchmark/kernels/bench_hc_boundary.py --rows "" --cycle --record
   # the boundary with its statistics beside sublayer stand-ins, against inline (issue 37)
   run python3 benchmark/kernels/bench_hc_post_combine_norm.py --rows "" --overlap 8,64 --record
   gpus=$(nvidia-smi --list-gpus | wc -l)  # the sharded argmax with its collective (NCCL)

@@ -10,13 +10,20 @@ at 2-31 rows), ``unfused`` (SGLang's post kernel, then our ``hc_mix_stats`` and
 checked bit-equal to ``unfused`` first). The call through SGLang's chain, with SGLang's arm
 at every size, is ``benchmark/call_sites.py``'s ``hc_boundary`` site.
 
-    python benchmark/kernels/bench_hc_boundary.py --record [--probe]
+    python benchmark/kernels/bench_hc_boundary.py --record [--probe] [--cycle]
 
 ``--probe`` also times the floors of the kernel's launch shape (``hc_boundary_probe.cu`` beside
 this file, built here on first use): 128 CTAs of 640 threads launched ordinarily or
 cooperatively doing nothing, one grid barrier, the fn slice staged before it, and an L2 round
 after it; and the statistics kernel with 1 Sinkhorn iteration against 20, and the fused kernel
 one call a graph against 100, at 6 rows.
+
+``--cycle`` times the kernel's two launches (``hc_boundary.cu``: the dependent pair and the
+cooperative grid, the same bits) where the choice between them shows: the 80 boundaries of a
+BS 1 verify cycle (6 rows) chained in one graph, each with its own layer's weights, so fn comes
+from DRAM as in the model, and each boundary's updated streams the next one's input; ops
+``hc_boundary_cycle`` (fused) and ``hc_mix_stats_cycle`` (the statistics alone, of the same
+chain's streams), µs a cycle.
 """
 
 from __future__ import annotations
@@ -32,7 +39,8 @@ from dsv41_kernels.calibration import callers
 from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
-from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats
+from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats, hc_mix_stats_admission
+from dsv41_kernels.ops.mhc.hc_mix_stats_plan import launched_as
 
 EPS = 1e-6
 PROBE = Path(__file__).with_name("hc_boundary_probe.cu")
@@ -141,19 +149,64 @@ def probe(device, layer) -> list[dict]:
     return records
 
 
+CYCLE_LAYERS = 40  # DeepSeek-V4.1-Flash: 2 boundaries a layer
+
+
+def cycle(device) -> list[dict]:
+    """The two launches over a verify cycle's 80 boundaries (see the module)."""
+    from dsv41_kernels.timing import graph_time_us
+
+    gen = torch.Generator().manual_seed(3)
+    layers = [callers.v41_decoder_layer(gen, device, layer_id=i) for i in range(CYCLE_LAYERS)]
+    hcs = [hc for layer in layers for hc in (layer.attn_hc, layer.ffn_hc)]
+    y, residual, post, comb, pre = inputs(6, device, seed=6)
+    first = hcs[0]
+    fused = hc_boundary_admission(
+        y, residual, post, comb, pre, first.fn, first.scale, first.base, first.norm.weight
+    )
+    alone = hc_mix_stats_admission(residual.flatten(1), first.fn)
+    streams = [residual]
+    for hc in hcs:  # each boundary's input streams, for the statistics alone
+        streams.append(hc_boundary(y, streams[-1], post, comb, pre, hc.fn, hc.scale, hc.base,
+                                   hc.norm.weight, admission=fused)[0])  # fmt: skip
+    shape = f"{len(hcs)} x [6, 4, 5120] bf16"
+    records = []
+    for dependent, arm in ((True, "ours, dependent pair"), (False, "ours, cooperative grid")):
+        boundary, statistics = launched_as(fused, dependent), launched_as(alone, dependent)
+
+        def run_fused():
+            x = residual
+            for hc in hcs:
+                x = hc_boundary(y, x, post, comb, pre, hc.fn, hc.scale, hc.base, hc.norm.weight,
+                                admission=boundary)[0]  # fmt: skip
+
+        def run_alone():
+            for hc, x in zip(hcs, streams[1:], strict=True):
+                hc_mix_stats(x.flatten(1), hc.fn, hc.scale, hc.base, admission=statistics)
+
+        for op, run in (("hc_boundary_cycle", run_fused), ("hc_mix_stats_cycle", run_alone)):
+            us = graph_time_us(run, inner=2)
+            records.append(record(op, shape, arm, us, kernel=fused.kernel, dependent=dependent))
+    return records
+
+
 def main() -> None:
     p = parser(__doc__)
     p.add_argument("--rows", default="1,6,12,24,31,48,64")
     p.add_argument("--probe", action="store_true", help="also time the launch shape's floors")
+    p.add_argument("--cycle", action="store_true", help="also time both launches over a cycle")
     args = p.parse_args()
     device = torch.device("cuda")
     from sglang.srt.plugins import load_plugins
 
     load_plugins()
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
-    records = [r for m in map(int, args.rows.split(",")) for r in measure(m, device, layer)]
+    rows = [int(m) for m in args.rows.split(",") if m]  # --rows "": the probes alone
+    records = [r for m in rows for r in measure(m, device, layer)]
     if args.probe:
         records += probe(device, layer)
+    if args.cycle:
+        records += cycle(device)
     report(records, args.json, baseline="unfused")
 
 

@@ -20,8 +20,11 @@ as it runs an SM90 verify: no stats stream, the statistics inside each post), ``
 plugin as its policy has it: the fused boundary, statistics inline), ``ours, stats stream``
 (SGLang's stats stream given to every post, as SGLang gives it on Blackwell: the statistics of
 each residual beside its sublayer, hc_post_combine_norm on the critical path, forced) and
-``sglang-0.5.23, stats stream`` (SGLang's own functions given the stream). Per cycle, stand-ins
-included; their time alone is the arm ``sublayer stand-ins``.
+``sglang-0.5.23, stats stream`` (SGLang's own functions given the stream); and ``ours,
+dependent pair`` and ``ours, stats stream, dependent pair``, the two ``ours`` arms with the
+small-row kernel launched as its dependent pair of grids, whose CTAs need not all find SMs at
+once (``hc_mix_stats_plan.ROWS_KERNEL_DEPENDENT``). Per cycle, stand-ins included; their time
+alone is the arm ``sublayer stand-ins``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from common import parser, record, report, sgl_kernel_rmsnorm, timed
 from dsv41_kernels.calibration import callers
 from dsv41_kernels.calibration.drivers import one_rank_layout
 from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.ops.mhc import hc_mix_stats_plan
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
@@ -104,6 +108,17 @@ def forced(value: str):
             os.environ["DSV41_KERNELS_FORCE"] = old
 
 
+@contextlib.contextmanager
+def patched(module, name: str, value):
+    """``module.name`` set to ``value`` inside the block."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
+
+
 def overlap(mb: int, stand_in: str, device, layers, mhc) -> list[dict]:
     """The 80 boundaries of a cycle with a ``stand_in`` of ``mb`` MB after each combine, in the
     arms of the module's ``--overlap``, each record with the fire counts of its capture."""
@@ -147,11 +162,22 @@ def overlap(mb: int, stand_in: str, device, layers, mhc) -> list[dict]:
         with forced("hc_boundary,hc_mix_stats,hc_combine_norm"):
             return cycle(stream)
 
+    def dependent(run):
+        """``run`` with the small-row kernel's plans made as its dependent pair."""
+
+        def pair(stream):
+            with patched(hc_mix_stats_plan, "ROWS_KERNEL_DEPENDENT", True):
+                return run(stream)
+
+        return pair
+
     shape = f"80 x [6, 4, 5120] bf16 + {mb} MB {stand_in} stand-ins"
     arms = (
         ("sglang-0.5.23", lambda stream: sglang(None)),
         ("ours", lambda stream: cycle(None)),
+        ("ours, dependent pair", dependent(lambda stream: cycle(None))),
         ("ours, stats stream", ours_overlapped),
+        ("ours, stats stream, dependent pair", dependent(ours_overlapped)),
         ("sglang-0.5.23, stats stream", sglang),
         ("sublayer stand-ins", lambda stream: [sublayer(x0) for _ in sublayers]),
     )
