@@ -13,12 +13,7 @@
 //    fuses into one FFMA.FTZ (nvcc 13.0, sm_90a); written here as that FFMA, not left to ptxas;
 //    y = bf16_rn(mul.ftz(mul.ftz(x, rms), add.ftz(0, w)))  (cvt.rn.bf16.f32: NaN -> 0x7FFF);
 //  - the quantization of y (SGLang's kernel with scale_ue8m0, row-major fp32 scales), per group
-//    of `group` columns (group / 8 lanes): amax = fmaxf over 1e-10 and |y| (NaN ignored), then
-//    e = ceil(log2(amax * RN(1/448))) from the bits, the scale 2^e stored as fp32 from bits
-//    (exponent field e + 127, as SGLang's fast_pow2), and
-//    q = cvt.rn.satfinite.e4m3(fminf(fmaxf(y * 2^-e, -448), 448)) (a NaN y becomes -448).
-// The products with a power of two and the clamps are exact whatever the flush mode, so the
-// quantization reads as SGLang's does under its fast math.
+//    of `group` columns (group / 8 lanes): group_quant_ue8m0.cuh.
 //
 // Launch: a programmatic dependent launch (as FlashInfer's and SGLang's kernels are on Hopper)
 // on tvm-ffi's stream for the inputs' device; no allocation, no host sync (CUDA-graph
@@ -34,6 +29,7 @@
 #include "cluster_launch.cuh"
 #include "float_bits.cuh"
 #include "fp32_ops.cuh"
+#include "group_quant_ue8m0.cuh"
 #include "tensor_view.cuh"
 
 namespace {
@@ -42,9 +38,6 @@ using tvm::ffi::TensorView;
 
 constexpr int kVec = 8;  // bf16 a thread: one 16-byte vector
 constexpr int kMaxColumns = 1024 * kVec;
-constexpr float kAmaxFloor = 1e-10f;
-constexpr float kE4m3Max = 448.0f;
-constexpr float kInvE4m3Max = 1.0f / 448.0f;  // RN(1/448), as SGLang's constant folds
 
 struct Params {
   const uint16_t* x;  // [rows, d] bf16
@@ -67,15 +60,6 @@ __device__ __forceinline__ float warp_sum_ftz(float v) {
     v = add_ftz(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
   }
   return v;
-}
-
-// SGLang's fast_log2_ceil and fast_pow2 (DeepEP's): the exponent from the bits.
-__device__ __forceinline__ int log2_ceil_bits(float v) {
-  const uint32_t bits = __float_as_uint(v);
-  return static_cast<int>((bits >> 23) & 0xFFu) - 127 + ((bits & 0x7FFFFFu) != 0u);
-}
-__device__ __forceinline__ float pow2_bits(int e) {
-  return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
 }
 
 template <int GROUP>
@@ -117,36 +101,22 @@ __global__ void __launch_bounds__(1024) rmsnorm_quant_fp8_kernel(const __grid_co
       rsqrt_approx(fma_ftz(partial[0], rcp_approx_ftz(static_cast<float>(p.d)), p.eps));
   float y[kVec];
   uint16_t yb[kVec];
-  float amax = kAmaxFloor;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     yb[j] = bf16_rn(mul_ftz(mul_ftz(x[j], rms), add_ftz(0.0f, w[j])));
     y[j] = __uint_as_float(static_cast<uint32_t>(yb[j]) << 16);
-    amax = fmaxf(amax, fabsf(y[j]));
   }
-#pragma unroll
-  for (int offset = 1; offset < GROUP / kVec; offset <<= 1) {
-    amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  }
+  const float amax = group_amax<GROUP>(y);
   if (!active) return;
   uint32_t packed[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i) packed[i] = yb[2 * i] | static_cast<uint32_t>(yb[2 * i + 1]) << 16;
   *reinterpret_cast<uint4*>(p.y + row * p.y_stride + tid * kVec) =
       make_uint4(packed[0], packed[1], packed[2], packed[3]);
-  const int e = log2_ceil_bits(amax * kInvE4m3Max);
-  const float multiplier = pow2_bits(-e);
-  if (tid % (GROUP / kVec) == 0) {
-    p.scales[row * p.scale_stride + tid * kVec / GROUP] = pow2_bits(e);
-  }
-  uint32_t codes[2] = {0u, 0u};
-#pragma unroll
-  for (int j = 0; j < kVec; j += 2) {
-    const float lo = fminf(fmaxf(y[j] * multiplier, -kE4m3Max), kE4m3Max);
-    const float hi = fminf(fmaxf(y[j + 1] * multiplier, -kE4m3Max), kE4m3Max);
-    codes[j / 4] |= e4m3x2_rn(lo, hi) << (16 * ((j / 2) % 2));
-  }
-  *reinterpret_cast<uint2*>(p.q + row * p.q_stride + tid * kVec) = make_uint2(codes[0], codes[1]);
+  float scale;
+  const uint2 codes = e4m3_codes_ue8m0(y, amax, scale);
+  if (tid % (GROUP / kVec) == 0) p.scales[row * p.scale_stride + tid * kVec / GROUP] = scale;
+  *reinterpret_cast<uint2*>(p.q + row * p.q_stride + tid * kVec) = codes;
 }
 
 }  // namespace
