@@ -18,6 +18,12 @@ cooperatively doing nothing, one grid barrier, the fn slice staged before it, an
 after it; and the statistics kernel with 1 Sinkhorn iteration against 20, and the fused kernel
 one call a graph against 100, at 6 rows.
 
+Op ``hc_boundary_quant_fp8``, the same boundary and then the FP8 groups the next attention's
+``wqkv_a`` linear quantizes its input into on SM90 (``sglang_per_token_group_quant_fp8(x, 32,
+scale_ue8m0=True)``): ``sglang-0.5.23`` (SGLang's three steps, then its quantizer), ``unfused``
+(``hc_boundary``, then SGLang's quantizer) and ``ours`` (``hc_boundary`` writing the groups in
+its launch, checked bit-equal to SGLang's quantizer of its normed rows).
+
 ``--cycle`` times the kernel's two launches (``hc_boundary.cu``: the dependent pair and the
 cooperative grid, the same bits) where the choice between them shows: the 80 boundaries of a
 BS 1 verify cycle (6 rows) chained in one graph, each with its own layer's weights, so fn comes
@@ -101,6 +107,39 @@ def measure(m: int, device, layer) -> list[dict]:
         sglang,
         timed("hc_boundary", shape, "unfused", unfused),
         timed("hc_boundary", shape, "ours", fused, exact=exact, kernel=kernel),
+        *measure_quant(m, layer, (y, residual, post, comb, pre), run, why, fused),
+    ]
+
+
+def measure_quant(m: int, layer, tensors, sglang_run, why, fused) -> list[dict]:
+    """Op ``hc_boundary_quant_fp8``: the boundary, then the next linear's FP8 groups."""
+    kernels = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
+    quantize = kernels.sglang_per_token_group_quant_fp8
+    quantize = functools.partial(getattr(quantize, "__wrapped__", quantize), group_size=32,
+                                 scale_ue8m0=True)  # fmt: skip
+    y, residual, post, comb, pre = tensors
+    nxt = layer.ffn_hc
+    quant_out = (
+        torch.empty(m, 5120, dtype=torch.float8_e4m3fn, device=y.device),
+        torch.empty(m, 160, device=y.device),
+    )
+
+    def ours():
+        return hc_boundary(y, residual, post, comb, pre, nxt.fn, nxt.scale, nxt.base,
+                           nxt.norm.weight, norm_eps=EPS, quant_out=quant_out)  # fmt: skip
+
+    normed = ours()[1]
+    q, scales = quantize(normed)
+    exact = bit_mismatches(quant_out[0].view(torch.uint8), q.view(torch.uint8)) == 0
+    exact = exact and bit_mismatches(quant_out[1], scales) == 0
+    op, shape = "hc_boundary_quant_fp8", f"[{m}, 4, 5120] bf16 -> [{m}, 5120] e4m3"
+    sglang = record(op, shape, "sglang-0.5.23", None, error=why)
+    if sglang_run is not None:
+        sglang = timed(op, shape, "sglang-0.5.23", lambda: quantize(sglang_run()[0]))
+    return [
+        sglang,
+        timed(op, shape, "unfused", lambda: quantize(fused()[1])),
+        timed(op, shape, "ours", ours, exact=exact),
     ]
 
 

@@ -40,7 +40,10 @@
 //  - fused, the combine + RMSNorm of row r, with `pre` (the gates SGLang's lag gives
 //    the next combine: the previous triplet's) over the updated rows, in hc_combine_norm.cu's
 //    one-CTA shape for H = 5120 (thread t owns columns [8t, 8t + 8); 20 warp sums; the helpers
-//    of hc_combine_norm_row.cuh): the same bits as hc_combine_norm on the updated residual.
+//    of hc_combine_norm_row.cuh): the same bits as hc_combine_norm on the updated residual;
+//    where the caller passes q, also the normed row's e4m3 groups of 32 and their power-of-two
+//    scales (group_quant_ue8m0.cuh, 4 lanes a group): the bits of SGLang's quantizer of the
+//    stored normed row, so that the next sublayer's FP8 linear need not quantize it again.
 // Deterministic: fixed orders, no atomics; a row's bits depend on the row alone (not on m).
 //
 // Launch: on tvm-ffi's stream for the inputs' device; no allocation, no host sync (CUDA-graph
@@ -65,13 +68,13 @@ namespace cg = cooperative_groups;
 
 // One cooperative grid: phase 1, a grid-wide barrier, phase 2 (CTA c: statistics of row
 // 127 - c, combine of row c).
-template <bool FUSED, int RT>
+template <bool FUSED, int RT, bool QUANT>
 __global__ void __launch_bounds__(kThreads, 1)
     hc_boundary_kernel(const __grid_constant__ BoundaryParams p) {
   const int slice = static_cast<int>(blockIdx.x);
   slice_phase<FUSED, RT, false>(p, slice);
   cg::this_grid().sync();
-  row_phase<FUSED>(p, kSlices - 1 - slice, slice);
+  row_phase<FUSED, QUANT>(p, kSlices - 1 - slice, slice);
 }
 
 // The same two phases as a dependent pair: the slices grid, then the rows grid (CTA b: fused,
@@ -85,16 +88,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   slice_phase<FUSED, RT, true>(p, static_cast<int>(blockIdx.x));
 }
 
-template <bool FUSED>
+template <bool FUSED, bool QUANT>
 __global__ void __launch_bounds__(kThreads, 1)
     hc_boundary_rows_kernel(const __grid_constant__ BoundaryParams p) {
   wait_for_previous_grid();  // the slices' sums and the post's rows
   allow_next_grid();
   const int b = static_cast<int>(blockIdx.x);
   if constexpr (FUSED) {
-    row_phase<FUSED>(p, b - p.m, b);
+    row_phase<FUSED, QUANT>(p, b - p.m, b);
   } else {
-    row_phase<FUSED>(p, b, -1);
+    row_phase<FUSED, QUANT>(p, b, -1);
   }
 }
 
@@ -142,7 +145,7 @@ BoundaryParams statistics_params(int64_t m, const TensorView& fn, const TensorVi
   return p;
 }
 
-template <bool FUSED, int RT>
+template <bool FUSED, int RT, bool QUANT>
 void launch_rows(const BoundaryParams& p, int device, bool dependent) {
   const size_t smem = shared_bytes(p.m, p.row_tile);
   const int max_smem = static_cast<int>(shared_bytes(kMaxRows, kMaxRowTile));
@@ -155,12 +158,13 @@ void launch_rows(const BoundaryParams& p, int device, bool dependent) {
     launch_with_smem("hc_boundary", slices, dim3(kSlices), dim3(kThreads), smem, /*cluster=*/0,
                      /*dependent=*/true, stream, p);
     const unsigned rows = static_cast<unsigned>(FUSED ? 2 * p.m : p.m);
-    launch_in_clusters("hc_boundary", hc_boundary_rows_kernel<FUSED>, dim3(rows), dim3(kThreads),
+    launch_in_clusters("hc_boundary", hc_boundary_rows_kernel<FUSED, QUANT>, dim3(rows),
+                       dim3(kThreads),
                        /*cluster=*/0, /*dependent=*/true, stream, p);
     return;
   }
-  const auto kernel = hc_boundary_kernel<FUSED, RT>;
-  set_attribute_at_least<hc_boundary_kernel<FUSED, RT>,
+  const auto kernel = hc_boundary_kernel<FUSED, RT, QUANT>;
+  set_attribute_at_least<hc_boundary_kernel<FUSED, RT, QUANT>,
                          cudaFuncAttributeMaxDynamicSharedMemorySize>(max_smem, device,
                                                                       "hc_boundary");
   const int64_t resident = resident_ctas(kernel, kThreads, smem, 0);
@@ -171,17 +175,17 @@ void launch_rows(const BoundaryParams& p, int device, bool dependent) {
   launch_cooperative("hc_boundary", kernel, dim3(kSlices), dim3(kThreads), smem, stream, p);
 }
 
-template <bool FUSED>
+template <bool FUSED, bool QUANT = false>
 void launch(const BoundaryParams& p, int device, bool dependent) {
   if (p.m == 0) return;
   tvm::ffi::CUDADeviceGuard guard(device);
   switch (p.row_tile / kRowSlots) {
     case 1:
-      return launch_rows<FUSED, 1>(p, device, dependent);
+      return launch_rows<FUSED, 1, QUANT>(p, device, dependent);
     case 2:
-      return launch_rows<FUSED, 2>(p, device, dependent);
+      return launch_rows<FUSED, 2, QUANT>(p, device, dependent);
     default:
-      return launch_rows<FUSED, 4>(p, device, dependent);
+      return launch_rows<FUSED, 4, QUANT>(p, device, dependent);
   }
 }
 
@@ -210,14 +214,18 @@ void hc_mix_stats_rows_cuda(TensorView x, TensorView fn, TensorView scale, Tenso
 // [m, 4], comb_in fp32 [m, 4, 4] (the post's triplet), pre_in fp32 [m, 4] (the next combine's
 // gates), weight bf16 [H] (the next norm's), fn/scale/base (the next statistics') -> updated
 // bf16 [m, 4, H] (the post's result), normed bf16 [m, H], and the statistics of updated as
-// hc_mix_stats_rows_cuda writes them. Inputs contiguous (y and normed: unit-stride rows) and
-// 16-byte aligned; outputs must not overlap inputs (the caller checks).
+// hc_mix_stats_rows_cuda writes them; q float8_e4m3fn [m, H] and q_scales fp32 [m, H / 32]
+// (contiguous): normed's e4m3 groups of 32 and their power-of-two scales, as SGLang's
+// sglang_per_token_group_quant_fp8(normed, 32, scale_ue8m0=True) returns them, or both with
+// no rows: not written. Inputs contiguous (y and normed: unit-stride rows) and 16-byte aligned;
+// outputs must not overlap inputs (the caller checks).
 void hc_boundary_cuda(TensorView y, TensorView residual, TensorView post_mix, TensorView comb_in,
                       TensorView pre_in, TensorView weight, TensorView fn, TensorView scale,
-                      TensorView base, TensorView updated, TensorView normed, TensorView pre,
-                      TensorView post, TensorView comb, TensorView mix, TensorView part,
-                      int64_t row_tile, bool dependent, double rms_eps, double eps,
-                      double post_mult, double norm_eps, int64_t iters) {
+                      TensorView base, TensorView updated, TensorView normed, TensorView q,
+                      TensorView q_scales, TensorView pre, TensorView post, TensorView comb,
+                      TensorView mix, TensorView part, int64_t row_tile, bool dependent,
+                      double rms_eps, double eps, double post_mult, double norm_eps,
+                      int64_t iters) {
   check_tensor(y, "y", {kAnySize, kHidden}, {kBfloat16}, kAnyDevice, Layout::kRows, 16);
   const int64_t m = y.size(0);
   const int device = y.device().device_id;
@@ -230,6 +238,11 @@ void hc_boundary_cuda(TensorView y, TensorView residual, TensorView post_mix, Te
   check_tensor(updated, "updated", {m, kStreamCount, kHidden}, {kBfloat16}, device,
                Layout::kContiguous, 16);
   check_tensor(normed, "normed", {m, kHidden}, {kBfloat16}, device, Layout::kRows, 16);
+  const bool quantize = q.ndim() != 2 || q.size(0) != 0;
+  const int64_t q_rows = quantize ? m : 0;
+  check_tensor(q, "q", {q_rows, kHidden}, {kByte}, device, Layout::kContiguous, 16);
+  check_tensor(q_scales, "q_scales", {q_rows, kQuantGroups}, {kFloat32}, device,
+               Layout::kContiguous);
   check_statistics(m, device, fn, scale, base, pre, post, comb, mix, part, row_tile, iters);
   BoundaryParams p = statistics_params(m, fn, scale, base, pre, post, comb, mix, part, row_tile,
                                        rms_eps, eps, post_mult, iters);
@@ -244,7 +257,10 @@ void hc_boundary_cuda(TensorView y, TensorView residual, TensorView post_mix, Te
   p.normed = data_as<uint16_t>(normed);
   p.normed_stride = normed.stride(0);
   p.norm_eps = static_cast<float>(norm_eps);
-  launch<true>(p, device, dependent);
+  if (!quantize) return launch<true>(p, device, dependent);
+  p.q = data_as<uint8_t>(q);
+  p.q_scales = data_as<float>(q_scales);
+  launch<true, true>(p, device, dependent);
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_mix_stats_rows_cuda, hc_mix_stats_rows_cuda);

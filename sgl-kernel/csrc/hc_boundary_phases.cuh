@@ -15,6 +15,7 @@
 #include "cluster_launch.cuh"
 #include "float_bits.cuh"
 #include "fp32_ops.cuh"
+#include "group_quant_ue8m0.cuh"
 #include "hc_combine_norm_row.cuh"
 #include "hc_mix_stats_finish.cuh"
 #include "hc_post_row.cuh"
@@ -47,6 +48,8 @@ constexpr int kFnQuadsPerThread = (kFnQuads + kThreads - 1) / kThreads;
 constexpr int kSumGroup = 16;  // lanes adding one column's slice sums in phase 2
 constexpr int kSumThreads = (kSumCols * kSumGroup + 31) / 32 * 32;
 constexpr int kMaxRowTile = 4 * kRowSlots;
+constexpr int kQuantGroup = 32;  // the FP8 groups of the normed rows (V4.1's [32, 32] blocks)
+constexpr int kQuantGroups = kHidden / kQuantGroup;
 
 static_assert(kHidden % (8 * kSlices) == 0 && kSlices % kSumGroup == 0 &&
               kStreamCount == kPostStreams);
@@ -63,6 +66,8 @@ struct BoundaryParams {
   const uint16_t* weight;    // fused: the norm's weight [H] bf16
   uint16_t* updated;         // fused: the post's result [m, 4, H] contiguous
   uint16_t* normed;          // fused: [m, H] bf16, rows normed_stride apart
+  uint8_t* q;                // fused, quantized: normed's e4m3 groups [m, H] contiguous
+  float* q_scales;           // fused, quantized: their scales [m, H / 32] contiguous
   const float* fn;           // [24, 4H] contiguous
   float* part;               // [m, 128, 25]: each slice's sums
   FinishParams finish;
@@ -261,7 +266,10 @@ __device__ void finish_stats_row(const BoundaryParams& p, int r, float* sums, fl
   if (tid == 0) finish_row(p.finish, r, sums, gate_params);
 }
 
-// Row r's combine + RMSNorm over the updated residual (hc_combine_norm.cu's one-CTA shape).
+// Row r's combine + RMSNorm over the updated residual (hc_combine_norm.cu's one-CTA shape);
+// QUANT: and the e4m3 groups of 32 of the normed row with their power-of-two scales
+// (group_quant_ue8m0.cuh: SGLang's quantizer of the stored bf16 row, 4 lanes a group).
+template <bool QUANT>
 __device__ void combine_norm_row(const BoundaryParams& p, int r, float* slots) {
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const uint16_t* x_row = p.updated + int64_t{r} * kK + 8 * tid;
@@ -286,6 +294,19 @@ __device__ void combine_norm_row(const BoundaryParams& p, int r, float* slots) {
   if (any_nonfinite(top)) canonical_nans(yw, keys);
   *reinterpret_cast<uint4*>(p.normed + r * p.normed_stride + 8 * tid) =
       make_uint4(yw[0], yw[1], yw[2], yw[3]);
+  if constexpr (QUANT) {
+    float y[8];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      y[2 * i] = bf16_lo(yw[i]);
+      y[2 * i + 1] = bf16_hi(yw[i]);
+    }
+    float scale;
+    const uint2 codes = e4m3_codes_ue8m0(y, group_amax<kQuantGroup>(y), scale);
+    *reinterpret_cast<uint2*>(p.q + int64_t{r} * kHidden + 8 * tid) = codes;
+    if (tid % (kQuantGroup / 8) == 0)
+      p.q_scales[r * kQuantGroups + tid / (kQuantGroup / 8)] = scale;
+  }
 }
 
 // Phase 1 of CTA `slice`: stage, then the slice's sums into part.
@@ -306,14 +327,14 @@ __device__ __forceinline__ bool is_row(const BoundaryParams& p, int r) {
 
 // Phase 2 of a CTA: row stats_row's statistics and (fused) row combine_row's combine + norm,
 // each where it is a row (0 <= row < m).
-template <bool FUSED>
+template <bool FUSED, bool QUANT>
 __device__ __forceinline__ void row_phase(const BoundaryParams& p, int stats_row, int combine_row) {
   __shared__ float sums[kSumCols];
   __shared__ float gate_params[kGateParams];
   __shared__ float slots[kWarps];
   if (is_row(p, stats_row)) finish_stats_row(p, stats_row, sums, gate_params);
   if constexpr (FUSED) {
-    if (is_row(p, combine_row)) combine_norm_row(p, combine_row, slots);
+    if (is_row(p, combine_row)) combine_norm_row<QUANT>(p, combine_row, slots);
   }
 }
 

@@ -26,6 +26,7 @@ from dsv41_kernels.reference.hc_boundary import fma_fp32, sglang_post
 from dsv41_kernels.reference.hc_boundary import hc_boundary as ref_boundary
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
 from dsv41_kernels.reference.hc_mix_stats import hc_mix, hc_post
+from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 from test.machine import on_cuda, pretend_arch
 
 H = 5120
@@ -102,6 +103,74 @@ def test_fallback_is_the_three_ops_unfused():
     ref_updated, ref_normed, ref_stats = ref_boundary(*args)
     assert bit_mismatches(updated, ref_updated) == 0
     assert (normed.double() - ref_normed).abs().max() < 0.05
+
+
+def quant_out_like(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(q, scales)`` buffers for ``y``'s rows, filled with garbage the op must overwrite."""
+    m, h = y.shape
+    q = torch.full((m, h), 0x55, dtype=torch.uint8, device=y.device).view(torch.float8_e4m3fn)
+    return q, torch.full((m, h // 32), -7.0, device=y.device)
+
+
+def assert_groups_of(normed, quant_out, what=None):
+    """``quant_out`` is SGLang's ue8m0 quantizer of ``normed``, bit for bit."""
+    q, scales = group_quant_ue8m0(normed, 32)
+    assert bit_mismatches(quant_out[0].view(torch.uint8), q.view(torch.uint8)) == 0, what
+    assert bit_mismatches(quant_out[1], scales) == 0, what
+
+
+def nonfinite_rows(args, seed: int):
+    """``args`` with +-Inf and NaN in some rows of y or the residual (so normed has NaN and
+    +-Inf rows, and the groups their -448 codes and infinite scales)."""
+    y, residual = args[0].clone(), args[1].clone()
+    gen = torch.Generator().manual_seed(seed)
+    bad = torch.tensor([float("inf"), float("-inf"), float("nan")]).bfloat16().to(y.device)
+    for row in range(0, y.shape[0], 2):
+        col = int(torch.randint(0, y.shape[1], (1,), generator=gen))
+        (y if row % 4 == 0 else residual[:, 1])[row, col] = bad[row % 3]
+    return (y, residual, *args[2:])
+
+
+def test_fallback_fills_quant_out_with_sglangs_groups_of_normed():
+    """Rows of every kind (special values, +-Inf and NaN inputs, so NaN rows): ``quant_out``
+    holds SGLang's quantizer of the ``normed`` returned (the quantizer itself is held to
+    SGLang's statement in test/sglang/test_rmsnorm_quant_fp8.py), and the other outputs are
+    those of a call without it."""
+    for seed in range(8):
+        m = 3 + seed % 4
+        args = boundary_inputs(m, seed=seed, hidden=256, special=seed % 2 == 1)
+        if seed % 4 >= 2:
+            args = nonfinite_rows(args, seed)
+        quant_out = quant_out_like(args[0])
+        updated, normed, stats = hc_boundary(*args, quant_out=quant_out)
+        assert_groups_of(normed, quant_out, seed)
+        plain = hc_boundary(*args)
+        assert bit_mismatches((updated, normed, *stats), (plain[0], plain[1], *plain[2])) == 0
+
+
+def test_quant_out_errors_name_it():
+    args = boundary_inputs(3, seed=4, hidden=64)
+    q, scales = quant_out_like(args[0])
+    bad = {
+        "a tuple": (q,),
+        r"quant_out\[0\] \(q\) must have dtype": (q.view(torch.uint8), scales),
+        r"quant_out\[1\] \(scales\) must be \[3, 2\]": (q, scales[:, :1]),
+        r"quant_out\[0\] \(q\) must be \[3, 64\], contiguous": (q.t().contiguous().t(), scales),
+    }
+    for match, quant_out in bad.items():
+        with pytest.raises(ValueError, match=match):
+            hc_boundary(*args, quant_out=quant_out)
+    overlapping = (q, args[1].view(torch.float32).flatten()[:6].view(3, 2))
+    with pytest.raises(ValueError, match="residual shares memory"):
+        hc_boundary(*args, quant_out=overlapping)
+    on_weight = (q, args[8].view(torch.float32)[:6].view(3, 2))
+    with pytest.raises(ValueError, match="weight shares memory"):
+        hc_boundary(*args, quant_out=on_weight)
+    with pytest.raises(ValueError, match=r"quant_out\[0\] \(q\) shares memory with the output"):
+        hc_boundary(*args, quant_out=(q, q.view(torch.float32).flatten()[:6].view(3, 2)))
+    shifted = torch.empty(3 * 64 + 1, dtype=torch.uint8)[1:].view(torch.float8_e4m3fn).view(3, 64)
+    with pytest.raises(ValueError, match=r"quant_out\[0\] \(q\) must start 16-byte aligned"):
+        hc_boundary(*args, quant_out=(shifted, scales))
 
 
 def test_admission_refuses_off_cuda_and_names_bad_arguments():
@@ -332,3 +401,34 @@ def test_gpu_dependent_pair_has_the_cooperative_grids_bits(m):
             graph.replay()
         torch.cuda.synchronize()
         assert bit_mismatches(captured["v"], cooperative) == 0
+
+
+@pytest.mark.gpu
+@needs_rows_kernel
+@pytest.mark.parametrize("m", (1, 6, 17, 64))
+def test_gpu_quant_out_is_sglangs_quantizer_of_normed(m):
+    """The FP8 epilogue, in both launches, eagerly and replayed: SGLang's ue8m0 groups of the
+    normed rows the same launch stores, special and non-finite rows included, and every other
+    output the bits of a launch without it."""
+    for seed in range(6):
+        args = boundary_inputs(m, seed=700 + 10 * m + seed, device="cuda", special=seed % 2 == 1)
+        if seed >= 4:
+            args = nonfinite_rows(args, seed)
+        admission = _admitted(args)
+        plain = hc_boundary(*args, admission=admission)
+        for dependent in (False, True):
+            launch = launched_as(admission, dependent)
+            quant_out = quant_out_like(args[0])
+            updated, normed, stats = hc_boundary(*args, admission=launch, quant_out=quant_out)
+            assert_groups_of(normed, quant_out, (seed, dependent))
+            ours = (updated, normed, *stats)
+            assert bit_mismatches(ours, (plain[0], plain[1], *plain[2])) == 0
+    quant_out = quant_out_like(args[0])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = hc_boundary(*args, admission=admission, quant_out=quant_out)
+    for scale in (1.0, 1e20, 1e-20):
+        args[0].mul_(scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_groups_of(captured[1], quant_out, scale)
