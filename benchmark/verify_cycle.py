@@ -15,7 +15,12 @@ mHC boundary                   80    2 hyper-connections (attn_hc, ffn_hc) x 40 
                                      ``HcNextBoundary`` given, none after the last) with its
                                      statistics (``mix_stats`` inside the post in SGLang, on the
                                      caller's stream: ``use_stats_stream`` is false for a 6-row
-                                     verify on SM90), then the consumer's ``combine`` (79)
+                                     verify on SM90), then the consumer's ``combine`` (79), and
+                                     the FP8 group quantization the consumer's first block-FP8
+                                     linear applies to those rows on SM90 (the attention's
+                                     ``wqkv_a``, the FFN's shared-expert ``gate_up_proj``:
+                                     ``sglang_per_token_group_quant_fp8(x, 32,
+                                     scale_ue8m0=True)``, 79)
 FlashMLA decode + schedule      3    one schedule per FlashMLA metadata object per step, filled
                                      by the first layer that uses it (c0, c4, c128: the compress
                                      ratios of DeepSeek-V4's layers; the published GB300 figure
@@ -102,8 +107,13 @@ def mhc_layers(device):
 def boundary_group(device, layers):
     """The 80 mHC boundaries of a cycle as SGLang runs them (``HcReadCall.update_and_read``):
     each hyper-connection's post through ``run_attn_post`` with the consumer's boundary (none
-    after the last), then the consumer's ``combine``; the statistics SGLang computes inside each
-    post, ours come precomputed from the previous fused boundary."""
+    after the last), then the consumer's ``combine`` and its first block-FP8 linear's quantizer
+    call on those rows (``wqkv_a`` or the shared expert's ``gate_up_proj``, through
+    ``fp8_utils`` as the SM90 linear calls it); the statistics SGLang computes inside each post,
+    ours come
+    precomputed from the previous fused boundary, and the groups from its launch where the
+    policy (or ``DSV41_KERNELS_FORCE``) gives ours ``hc_boundary_quant_fp8``."""
+    from sglang.srt.layers.quantization import fp8_utils
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     gen = torch.Generator().manual_seed(2)
@@ -120,10 +130,16 @@ def boundary_group(device, layers):
                 precomputed=stats,
             )  # fmt: skip
             if nexts[i] is not None:
-                mhc.combine(sublayers[i + 1], state)
+                x = mhc.combine(sublayers[i + 1], state)
+                fp8_utils.sglang_per_token_group_quant_fp8(
+                    x.view(-1, x.shape[-1]), callers.WQ_B_GROUP, scale_ue8m0=True
+                )
             residual, stats = state.streams, state.stats
 
-    patch = ((mhc, ("_mix_stats_impl", "_combine", "_post_fusion")),)
+    patch = (
+        (mhc, ("_mix_stats_impl", "_combine", "_post_fusion")),
+        (fp8_utils, ("sglang_per_token_group_quant_fp8",)),
+    )
     return run, patch, f"{len(sublayers)} x [6, 4, 5120] bf16"
 
 
@@ -231,7 +247,7 @@ def main() -> None:
         ("accept_greedy_epilogue", "accept epilogue: accept + tail", 1, *epilogue_group(device)),
         (
             "hc_boundary",
-            "mHC boundary: post + mix_stats + combine",
+            "mHC boundary: post + mix_stats + combine + the next linear's FP8 groups",
             BOUNDARIES_PER_CYCLE,
             *boundary_group(device, layers),
         ),

@@ -385,6 +385,7 @@ def test_attention_output_is_ours_and_equals_sglangs_chain(plugin, fired, tp):
 def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
     """The registry rewrites every binding of both functions: the query's RoPE, calls outside an
     ``MQALayer`` forward and every other quantizer call go to SGLang's function, uncounted."""
+    from dsv41_kernels.sglang_plugin import group_quant
     from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
@@ -399,7 +400,8 @@ def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
     )
     quantizer_calls = []
     quantizer = lambda *args, **kwargs: quantizer_calls.append(args) or "sglang's"
-    assert hooks.quant_hook(quantizer, torch.zeros(4, 256, dtype=torch.bfloat16), 128) == "sglang's"
+    x = torch.zeros(4, 256, dtype=torch.bfloat16)
+    assert group_quant.quant_hook(quantizer, x, 128) == "sglang's"
     assert seen == [True, False] and len(quantizer_calls) == 1
     assert fired() == {}
 
@@ -416,6 +418,7 @@ def test_calls_from_elsewhere_pass_through_uncounted(plugin, fired):
 def test_quantizer_call_that_differs_gets_sglangs_function(plugin, fired, kwargs, reason):
     """Ours kept for the attention output only serves the quantizer call the output path makes;
     any other call runs SGLang's function (on ``x``, which holds the rotated values by then)."""
+    from dsv41_kernels.sglang_plugin import group_quant
     from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
@@ -425,7 +428,7 @@ def test_quantizer_call_that_differs_gets_sglangs_function(plugin, fired, kwargs
     def output_path(layer):
         hooks.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
                        inverse=True)  # fmt: skip
-        return hooks.quant_hook(lambda *args, **kw: "sglang's", x, **kwargs)
+        return group_quant.quant_hook(lambda *args, **kw: "sglang's", x, **kwargs)
 
     assert hooks.forward_hook(output_path, layer) == "sglang's"
     counts = fired()
@@ -464,6 +467,7 @@ def test_attention_output_declines(plugin, monkeypatch, on_gpu):
 
 
 def test_forward_hook_scopes_the_layer_and_drops_what_it_kept(plugin):
+    from dsv41_kernels.sglang_plugin import group_quant
     from dsv41_kernels.sglang_plugin import inverse_rope_quant_fp8 as hooks
 
     layer = callers.v41_attention_layer(4, "cpu")
@@ -473,8 +477,8 @@ def test_forward_hook_scopes_the_layer_and_drops_what_it_kept(plugin):
         assert hooks._site.layer is layer
         hooks.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
                        inverse=True)  # fmt: skip
-        return hooks._site.quantized
+        return list(group_quant._pending)
 
-    kept = hooks.forward_hook(rope_only, layer)
-    assert isinstance(kept, hooks.Quantized) and kept.codes.shape == (2, 4096)
-    assert hooks._site.layer is None and hooks._site.quantized is None
+    (kept,) = hooks.forward_hook(rope_only, layer)
+    assert kept.hook == QUANT_HOOK and kept.result[0].shape == (2, 4096)
+    assert hooks._site.layer is None and not group_quant._pending

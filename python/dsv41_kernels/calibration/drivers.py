@@ -57,6 +57,7 @@ MHC = "sglang.srt.models.deepseek_v4_mhc"
 DEEPSEEK_V2 = "sglang.srt.models.deepseek_v2"
 DEEPSEEK_V4 = "sglang.srt.models.deepseek_v4"
 V4_BACKEND = "sglang.srt.layers.attention.deepseek_v4_backend"
+FP8_UTILS = "sglang.srt.layers.quantization.fp8_utils"
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,30 @@ def _boundary_at(v41, rows: int, device):
     return mhc, y, residual, gen, boundary
 
 
+def _chained_boundary(v41, rows: int, device, *, into_attention: bool = False):
+    """A call of one boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of
+    ``v41``'s attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN's, or
+    with ``into_attention`` the attention's: its hyper-connection and ``input_layernorm``),
+    then the consumer's ``combine``, whose rows it returns. The statistics the post leaves are
+    the next call's precomputed ones, as in a forward."""
+    mhc, y, residual, _, boundary = _boundary_at(v41, rows, device)
+    consumer = v41.attn_hc if into_attention else v41.ffn_hc
+    if into_attention:
+        boundary = mhc.make_boundary(v41.input_layernorm, accepts_mxfp8=False, hc=consumer)
+    carried = {"stats": None}
+
+    def run():
+        with one_rank_layout():
+            state = mhc.run_attn_post(
+                v41.attn_hc, y, residual, stats_stream=None, next=boundary,
+                world_size=1, precomputed=carried["stats"],
+            )  # fmt: skip
+            carried["stats"] = state.stats
+            return mhc.combine(consumer, state)
+
+    return run
+
+
 def boundary_cases(device) -> list[Case]:
     """One mHC boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of a V4.1
     layer's attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN one and
@@ -222,24 +247,42 @@ def boundary_cases(device) -> list[Case]:
     )
 
     def build(rows):
-        v41 = layer()
-        mhc, y, residual, _, boundary = _boundary_at(v41, rows, device)
-        carried = {"stats": None}
-
-        def run():
-            with one_rank_layout():
-                state = mhc.run_attn_post(
-                    v41.attn_hc, y, residual, stats_stream=None, next=boundary,
-                    world_size=1, precomputed=carried["stats"],
-                )  # fmt: skip
-                carried["stats"] = state.stats
-                return mhc.combine(v41.ffn_hc, state)
-
-        return run
+        return _chained_boundary(layer(), rows, device)
 
     sglang = ((MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),)
     return [
         Case("hc_boundary", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS
+    ]
+
+
+def boundary_quant_cases(device) -> list[Case]:
+    """One mHC boundary into an attention sublayer (:func:`_chained_boundary`), then what its
+    ``wqkv_a`` block-FP8 linear does first on SM90: ``sglang_per_token_group_quant_fp8(x, 32,
+    scale_ue8m0=True)`` through ``fp8_utils``' binding. SGLang's arm launches the quantizer;
+    ours writes the groups in the boundary's launch, and the call returns them."""
+    layer = functools.cache(
+        lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
+    )
+
+    def build(rows):
+        fp8_utils = importlib.import_module(FP8_UTILS)
+        boundary = _chained_boundary(layer(), rows, device, into_attention=True)
+
+        def run():
+            x = boundary()
+            return fp8_utils.sglang_per_token_group_quant_fp8(
+                x.view(-1, x.shape[-1]), callers.WQ_B_GROUP, scale_ue8m0=True
+            )
+
+        return run
+
+    sglang = (
+        (MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),
+        (FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),
+    )
+    return [
+        Case("hc_boundary_quant_fp8", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r))
+        for r in BOUNDARY_ROWS
     ]
 
 
@@ -382,6 +425,10 @@ SITES = {
     "hc_boundary": Driver("deepseek_v4_mhc.run_attn_post + combine", boundary_cases),
     "hc_post_combine_norm": Driver(
         "deepseek_v4_mhc.run_attn_post (stats stream) + combine", post_combine_norm_cases
+    ),
+    "hc_boundary_quant_fp8": Driver(
+        "deepseek_v4_mhc.run_attn_post + combine + wqkv_a's input quantization",
+        boundary_quant_cases,
     ),
     "rmsnorm_quant_fp8": Driver(
         "MQALayer._normalize_q_lora + wq_b's input quantization", q_side_cases

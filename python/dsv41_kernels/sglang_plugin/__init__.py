@@ -14,8 +14,9 @@ name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision ro
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
 combine+norm in one launch, or, where SGLang runs the statistics on its side stream, the post
-and combine+norm in one launch: ``hc_post_combine_norm``), ``hc_stats_stream`` (SGLang's stats
-stream for an SM90 verify step: not an op, a schedule; off until measured),
+and combine+norm in one launch: ``hc_post_combine_norm``; on SM90 also the next FP8 linear's
+input groups in the boundary's launch: ``hc_boundary_quant_fp8``), ``hc_stats_stream``
+(SGLang's stats stream for an SM90 verify step: not an op, a schedule; off until measured),
 ``rmsnorm_quant_fp8`` (the
 attention's Q-side RMSNorm and the FP8 groups of ``wq_b``'s input on Hopper in one launch),
 ``accept_greedy_epilogue`` (DSpark's static verify epilogue: the accept and its tail in one
@@ -162,6 +163,7 @@ def install(environ: Mapping[str, str]) -> dict[str, str]:
 
     disabled, unknown = disabled_switches(environ.get(DISABLE_ENV, ""))
     status: dict[str, str] = {}
+    registered = set()  # (target, hook): a hook two sites share is registered once
     for site in SITES:
         if site.switch in disabled:
             status[site.switch] = f"off ({DISABLE_ENV})"
@@ -176,7 +178,9 @@ def install(environ: Mapping[str, str]) -> dict[str, str]:
             status[site.switch] = f"off (missing in this SGLang: {', '.join(missing)})"
             continue
         for target, hook, hook_type in hooks.HOOKS:
-            HookRegistry.register(target, hook, hook_type)
+            if (target, hook) not in registered:
+                registered.add((target, hook))
+                HookRegistry.register(target, hook, hook_type)
         status[site.switch] = "on"
     announce(report_line(status, unknown))
     return status

@@ -37,25 +37,39 @@ another stream delays it); its dependent pair (not yet the plan's launch anywher
 
 Bits: ``updated`` is SGLang's post bit for bit; the statistics and ``normed`` are the bits our
 ``hc_mix_stats`` and ``hc_combine_norm`` hooks produce for the same rows (both forms).
+
+The next sublayer's FP8 input (site ``hc_boundary_quant_fp8``, under this switch). On SM90 the
+block-FP8 linear that reads ``normed`` first (the attention's ``wqkv_a``, the FFN's
+shared-expert ``gate_up_proj``; V4.1's ``[32, 32]`` ue8m0 checkpoint) quantizes it in a launch
+of its own:
+``deepgemm_w8a8_block_fp8_linear_with_fallback`` calls ``sglang_per_token_group_quant_fp8(x,
+32, scale_ue8m0=True)``. SGLang's seam for a pre-quantized input (``HcQuantized``) is
+Blackwell's: on SM90 ``HcReadCall.read`` drops the pair, since its attention does not take
+MXFP8. Where the policy measured it faster, the fused boundary writes those groups in the same
+launch and pins them to ``normed`` (:mod:`.group_quant`); the quantizer call of a linear that
+reads exactly these unmodified rows with exactly that quantization returns them: SGLang's
+quantizer's bits by the op's contract, so the GEMM gets the operands it would have had.
 """
 
 from __future__ import annotations
 
 import contextvars
 
+import torch
+from sglang.kernels.ops.quantization import fp8_kernel
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
 from sglang.srt.environ import envs
 from sglang.srt.models import deepseek_v4_mhc as mhc
 from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_platform
 
-from dsv41_kernels.admission import Admission, refuse
-from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
+from dsv41_kernels.admission import Admission, admit, refuse
+from dsv41_kernels.ops.mhc.hc_boundary import QUANT_GROUP, hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
-from dsv41_kernels.sglang_plugin import dispatch, parts
+from dsv41_kernels.sglang_plugin import dispatch, group_quant, parts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
@@ -68,6 +82,7 @@ COMBINE_PART = {"hc_combine_norm": PART_HOOKS["hc_combine_norm"]}
 """The part of the boundary without its statistics (hc_post_combine_norm)."""
 HOOK = "hc_boundary._post_fusion"
 POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
+QUANT_SITE = "hc_boundary_quant_fp8"
 
 # Whether the post now running was given SGLang's stats stream (set around run_*_post).
 _stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", default=False)
@@ -75,7 +90,10 @@ _stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", d
 
 def run_post_hook(original, *args, **kwargs):
     """AROUND ``run_attn_post`` / ``run_moe_post``: SGLang's function, with the post it runs told
-    whether SGLang overlaps the statistics (a ``stats_stream`` given)."""
+    whether SGLang overlaps the statistics (a ``stats_stream`` given). The sublayer has returned
+    by then: the FP8 groups pinned to its input rows are dropped (:func:`.group_quant.unpin_all`)
+    before this post pins the next ones."""
+    group_quant.unpin_all()
     token = _stats_beside_sublayer.set(kwargs.get("stats_stream") is not None)
     try:
         return original(*args, **kwargs)
@@ -166,6 +184,21 @@ def sglang_post_is_split_h(cfg, rows: int) -> bool:
     return platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
 
 
+def groups_admission(y) -> Admission:
+    """Whether the fused boundary also writes the FP8 groups of its normed rows for the next
+    sublayer's block-FP8 linear (pure: the platform, SGLang's FP8 dtype, the policy)."""
+    if not get_platform().is_sm90:
+        return refuse("not SM90: SGLang's FP8 linears quantize their bf16 input otherwise")
+    if fp8_kernel.fp8_dtype != torch.float8_e4m3fn:
+        return refuse(f"SGLang quantizes to {fp8_kernel.fp8_dtype} here")
+    if torch.is_inference_mode_enabled() or y.is_inference():
+        return refuse("torch inference mode: its tensors keep no version counter to pin against")
+    slower = policy_refusal(QUANT_SITE, y)
+    if slower is not None:
+        return slower
+    return admit("pinned", f"e4m3 groups of {QUANT_GROUP} with power-of-two scales")
+
+
 def parts_refusal(rows) -> Admission | None:
     """The refusal when our statistics or combine would not be what runs at an unfused seam
     (the fused boundary produces their bits, and seams it declines run theirs)."""
@@ -192,12 +225,21 @@ def _boundary(hc, y, residual, coefficients, next, admission):
     pre, post, comb = coefficients
     next_hc = next.hc
     cfg = next_hc.cfg
+    quant_out = None
+    if groups_admission(y):
+        m, h = y.shape
+        quant_out = (
+            torch.empty((m, h), dtype=torch.float8_e4m3fn, device=y.device),
+            torch.empty((m, h // QUANT_GROUP), dtype=torch.float32, device=y.device),
+        )
     updated, normed, stats = hc_boundary(
         y, residual, post, comb, pre, next_hc.fn, next_hc.scale, next_hc.base, next.norm.weight,
         iters=cfg.sinkhorn_iters, rms_eps=cfg.rms_eps, eps=cfg.eps,
         post_mult=mhc.MHC_POST_MULT_VALUE, norm_eps=next.norm.variance_epsilon,
-        admission=admission,
+        admission=admission, quant_out=quant_out,
     )  # fmt: skip
+    if quant_out is not None:
+        group_quant.pin(normed, *quant_out, QUANT_GROUP)
     # `pre` stays this boundary's: SGLang's lag (the last combine and Engram layers read it).
     return mhc.HcState(updated, pre, mhc.HcNormed(normed), stats)
 
@@ -216,6 +258,7 @@ HOOKS = (
     (_TARGET, post_fusion_hook, HookType.AROUND),
     ("sglang.srt.models.deepseek_v4_mhc.run_attn_post", run_post_hook, HookType.AROUND),
     ("sglang.srt.models.deepseek_v4_mhc.run_moe_post", run_post_hook, HookType.AROUND),
+    group_quant.HOOK,
 )
 REQUIRES = (
     "sglang.srt.models.deepseek_v4_mhc.HcNormed",

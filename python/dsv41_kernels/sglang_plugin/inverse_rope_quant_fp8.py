@@ -16,9 +16,10 @@ them but views, the copy and branch tests, so the site is hooked in three places
   it in the same launch, keeping the result for the next call. It reads ``positions`` and
   ``freqs_cis`` before waiting for the attention kernel (``tables_ready``), as SGLang's RoPE
   kernel there does: neither is written by the kernel before it;
-- ``sglang_per_token_group_quant_fp8``: that next call returns the kept result when its
-  arguments are the ones the attention output passes (``x`` of ``[T * G, D]`` bf16, 128,
-  fp32 scales), else SGLang's quantizer runs on ``x`` (rotated by then, so still exact).
+- ``sglang_per_token_group_quant_fp8`` (the hook of :mod:`.group_quant`, which ``hc_boundary``
+  shares): that next call returns the kept result when its arguments are the ones the
+  attention output passes (``x`` of ``[T * G, D]`` bf16, 128, fp32 scales), else SGLang's
+  quantizer runs on ``x`` (rotated by then, so still exact).
 
 SGLang's registry rewrites every binding of the two functions, so both hooks also see calls
 from elsewhere (the query's RoPE, every FP8 linear's activations, DSpark's draft attention):
@@ -37,7 +38,6 @@ from typing import Any
 
 import torch
 from sglang.kernels.ops.attention.dsv4.norm_rope import fused_rope_inplace
-from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
 from sglang.srt.models import deepseek_v4
 from sglang.srt.plugins.hook_registry import HookType
 
@@ -46,17 +46,14 @@ from dsv41_kernels.ops.attention.inverse_rope_quant_fp8 import (
     inverse_rope_quant_fp8,
     inverse_rope_quant_fp8_admission,
 )
-from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin import dispatch, group_quant
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 GROUP_SIZE = 128
 """What ``MQALayer.forward`` passes its quantizer on SM90 (deepseek_v4.py:3012)."""
-AMAX_FLOOR = 1e-10
-"""The quantizer's default ``eps``, the floor our kernel applies (fp8_kernel.py:491)."""
 ROPE_HOOK = "inverse_rope_quant_fp8.fused_rope_inplace"
 QUANT_HOOK = "inverse_rope_quant_fp8.sglang_per_token_group_quant_fp8"
 _ROPE_SIGNATURE = inspect.signature(fused_rope_inplace)
-_QUANT_SIGNATURE = inspect.signature(sglang_per_token_group_quant_fp8)
 
 
 @dataclass
@@ -74,18 +71,7 @@ class Quantized:
             return refuse("x is not a bf16 tensor")
         if x.shape != self.codes.shape or x.device != self.codes.device:
             return refuse(f"x is {tuple(x.shape)}, the attention output {tuple(self.codes.shape)}")
-        expected = {
-            "group_size": GROUP_SIZE,
-            "eps": AMAX_FLOOR,
-            "column_major_scales": False,
-            "scale_tma_aligned": False,
-            "scale_ue8m0": False,
-            "fuse_silu_and_mul": False,
-            "masked_m": None,
-            "output_q": None,
-            "output_s": None,
-        }
-        differ = [name for name, value in expected.items() if arguments[name] != value]
+        differ = group_quant.differing(arguments, group_size=GROUP_SIZE, scale_ue8m0=False)
         if differ:
             return refuse(f"not the attention output's quantizer call ({', '.join(differ)})")
         return admit("fused", "quantized with the inverse RoPE")
@@ -95,8 +81,6 @@ class Quantized:
 class Site:
     layer: Any = None
     """The ``MQALayer`` whose forward is running, else None."""
-    quantized: Quantized | None = None
-    """Ours for that layer's attention output, until its quantizer call takes it."""
 
 
 _site = Site()
@@ -109,7 +93,7 @@ def forward_hook(original, layer, *args, **kwargs):
         return original(layer, *args, **kwargs)
     finally:
         _site.layer = outer
-        _site.quantized = None
+        group_quant.keep_for_next(None)  # ours for this layer's output, if its call never came
 
 
 def attention_output(layer, q: torch.Tensor) -> torch.Tensor | None:
@@ -171,27 +155,16 @@ def _rotate_and_quantize(layer, o, freqs_cis, positions, admission) -> None:
     )  # fmt: skip
     tokens, groups, width = codes.shape
     rows = tokens * groups  # SGLang's [T * G, D] and [T * G, D / 128] (T = 0 included)
-    _site.quantized = Quantized(codes.view(rows, width), scales.view(rows, scales.shape[2]))
-
-
-def quant_hook(original, *args, **kwargs):
-    quantized, _site.quantized = _site.quantized, None
-    if quantized is None:
-        return original(*args, **kwargs)
-    call = _QUANT_SIGNATURE.bind(*args, **kwargs)
-    call.apply_defaults()
-    return dispatch.run(
-        QUANT_HOOK,
-        quantized.serves(call.arguments),
-        lambda: (quantized.codes, quantized.scales),
-        lambda: original(*args, **kwargs),
+    quantized = Quantized(codes.view(rows, width), scales.view(rows, scales.shape[2]))
+    group_quant.keep_for_next(
+        group_quant.Kept(QUANT_HOOK, quantized.serves, (quantized.codes, quantized.scales))
     )
 
 
 HOOKS = (
     ("sglang.srt.models.deepseek_v4.MQALayer.forward", forward_hook, HookType.AROUND),
     ("sglang.srt.models.deepseek_v4.fused_rope_inplace", rope_hook, HookType.AROUND),
-    ("sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8", quant_hook, HookType.AROUND),
+    group_quant.HOOK,
 )
 REQUIRES = (
     "sglang.srt.models.deepseek_v4._FP8_WO_A_UE8M0",
