@@ -103,6 +103,7 @@ def test_every_op_module_registers_cases():
         "hc_combine_norm_mxfp8",
         "moe_fused_gate",
         "hc_mix_stats",
+        "hc_boundary",
         "pack_topk",
         "split_tf32",
     ):

@@ -17,6 +17,7 @@ from dsv41_kernels.cases import (
     accept_greedy,
     accept_greedy_epilogue,
     decoding_sched_meta,
+    hc_boundary,
     hc_combine_norm,
     hc_mix_stats,
     inverse_rope_quant_fp8,
@@ -41,6 +42,7 @@ CASE_MODULES = (
     hc_combine_norm,
     moe_fused_gate,
     hc_mix_stats,
+    hc_boundary,
     inverse_rope_quant_fp8,
     rmsnorm_quant_fp8,
 )
