@@ -477,8 +477,8 @@ def test_forward_hook_scopes_the_layer_and_drops_what_it_kept(plugin):
         assert hooks._site.layer is layer
         hooks.rope_hook(None, o[..., -64:], None, layer.freqs_cis, positions=positions,
                        inverse=True)  # fmt: skip
-        return list(group_quant._pending)
+        return group_quant._slots.pending
 
-    (kept,) = hooks.forward_hook(rope_only, layer)
+    kept = hooks.forward_hook(rope_only, layer)
     assert kept.hook == QUANT_HOOK and kept.result[0].shape == (2, 4096)
-    assert hooks._site.layer is None and not group_quant._pending
+    assert hooks._site.layer is None and group_quant._slots.pending is None

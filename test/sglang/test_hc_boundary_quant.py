@@ -140,7 +140,7 @@ def test_the_post_after_the_sublayer_drops_the_groups(plugin, fired):
             layer.ffn_hc, y, residual, stats_stream=None, next=None, world_size=1,
             precomputed=triplet,
         )  # fmt: skip
-    assert group_quant.pinned_rows(rows) is None and not group_quant._pinned
+    assert group_quant.pinned_rows(rows) is None and group_quant._slots.pinned is None
 
 
 def test_the_site_is_sm90_only_and_off_until_measured(plugin, on_gpu, monkeypatch):

@@ -6,8 +6,8 @@ Two call sites compute, in a launch of their own op, the quantization SGLang run
   quantizer call that follows in ``MQALayer.forward`` takes that result (:func:`keep_for_next`,
   one call);
 - ``hc_boundary`` quantizes the next sublayer's normed input in the boundary's launch and pins
-  the pair to those rows (:func:`pin`); an FP8 linear that reads them (on SM90 the attention's
-  ``wqkv_a`` and the shared expert's ``gate_up_proj``:
+  the pair to those rows until the next post (:func:`pin`); an FP8 linear that reads them (on
+  SM90 the attention's ``wqkv_a`` and the shared expert's ``gate_up_proj``:
   ``deepgemm_w8a8_block_fp8_linear_with_fallback`` calls
   ``sglang_per_token_group_quant_fp8(x.view(-1, K), 32, scale_ue8m0=True)``) gets the pair
   instead of a launch, when its call asks for exactly that quantization of exactly those
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from sglang.kernels.ops.quantization import fp8_kernel
 from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
 from sglang.srt.plugins.hook_registry import HookType
 
@@ -37,8 +36,6 @@ from dsv41_kernels.sglang_plugin import dispatch
 
 TARGET = "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8"
 PINNED_HOOK = "hc_boundary_quant_fp8.sglang_per_token_group_quant_fp8"
-PIN = "_dsv41_kernels_fp8_groups"
-"""The attribute of rows a launch of ours quantized: their :class:`Pinned` groups."""
 _SIGNATURE = inspect.signature(sglang_per_token_group_quant_fp8)
 AMAX_FLOOR = 1e-10
 """The quantizer's default ``eps``, the floor our kernels apply (fp8_kernel.py:492)."""
@@ -74,17 +71,16 @@ class Kept:
 
 @dataclass(frozen=True)
 class Pinned:
-    """The e4m3 groups of some rows and their power-of-two scales, as SGLang's
-    ``sglang_per_token_group_quant_fp8(rows, group, scale_ue8m0=True)`` returns them, and the
-    rows' version counter when they were made (a torch in-place write since makes them stale).
-    A kernel's own write is not counted: with FP8 routed experts on its Triton runner SGLang
-    writes the MoE output into the FFN's input rows in place, after its shared expert has
-    quantized them (``forward_normal``), so the groups stay the rows' as that call saw them."""
+    """The e4m3 groups of the rows a boundary launch normed and their power-of-two scales, as
+    SGLang's ``sglang_per_token_group_quant_fp8(rows, group, scale_ue8m0=True)`` returns them,
+    and the version counters of the rows, ``q`` and ``scales`` then (a torch in-place write since
+    makes them stale)."""
 
+    rows: weakref.ref
     q: torch.Tensor
     scales: torch.Tensor
     group: int
-    versions: tuple[int, int, int]  # of the rows, q and scales
+    versions: tuple[int, int, int]
 
     def serves(self, rows: torch.Tensor, arguments: dict[str, Any]) -> Admission:
         x = arguments["x"]
@@ -98,59 +94,56 @@ class Pinned:
         differ = differing(arguments, group_size=self.group, scale_ue8m0=True)
         if differ:
             return refuse(f"another quantization of our rows ({', '.join(differ)})")
-        if fp8_kernel.fp8_dtype != torch.float8_e4m3fn:
-            return refuse(f"SGLang quantizes to {fp8_kernel.fp8_dtype} here")
         return admit("pinned", "the groups the boundary's launch made of these rows")
 
 
-_pending: list[Kept] = []
+@dataclass
+class Slots:
+    pending: Kept | None = None
+    """The result the next quantizer call is offered (``inverse_rope_quant_fp8``'s)."""
+    pinned: Pinned | None = None
+    """The groups of the rows the latest boundary normed, until the next post begins."""
+
+
+_slots = Slots()
 
 
 def keep_for_next(kept: Kept | None) -> None:
     """The result the next quantizer call is offered (None: no offer)."""
-    _pending[:] = [] if kept is None else [kept]
+    _slots.pending = kept
 
 
 def _versions(*tensors: torch.Tensor) -> tuple[int, ...]:
     return tuple(t._version for t in tensors)
 
 
-_pinned: list[weakref.ref] = []
-
-
 def pin(rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int) -> None:
     """Pin ``(q, scales)``, the groups of ``group`` columns of ``rows`` (a tensor that is not a
-    view, outside inference mode: its tensors keep no version counter), to ``rows`` for the
-    quantizer calls that read them, until :func:`unpin_all`."""
-    setattr(rows, PIN, Pinned(q, scales, group, _versions(rows, q, scales)))
-    _pinned.append(weakref.ref(rows))
+    view, outside inference mode: its tensors keep no version counter), for the quantizer calls
+    that read ``rows``, until :func:`unpin`."""
+    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, _versions(rows, q, scales))
 
 
-def unpin_all() -> None:
-    """Drop every pin: called when a sublayer has returned (its post begins), so that no later
+def unpin() -> None:
+    """Drop the pin: called when a sublayer has returned (its post begins), so that no later
     call is answered with groups of rows the sublayer may have rewritten with a kernel, which
     no version counter sees (SGLang's in-place Triton MoE writes its output into its input)."""
-    for ref in _pinned:
-        rows = ref()
-        if rows is not None and hasattr(rows, PIN):
-            delattr(rows, PIN)
-    _pinned.clear()
+    _slots.pinned = None
 
 
 def pinned_rows(x) -> tuple[torch.Tensor, Pinned] | None:
-    """The rows ``x`` is (or is a view of) and their pinned groups, else None."""
-    if not isinstance(x, torch.Tensor):
+    """The pinned rows, when ``x`` is them or a view of them, and their groups; else None."""
+    pinned = _slots.pinned
+    rows = pinned.rows() if pinned is not None else None
+    if rows is None or not isinstance(x, torch.Tensor) or not (x is rows or x._base is rows):
         return None
-    for rows in (x, x._base):
-        groups = getattr(rows, PIN, None)
-        if groups is not None:
-            return rows, groups
-    return None
+    return rows, pinned
 
 
 def _kept(args, kwargs) -> Kept | None:
-    if _pending:
-        return _pending.pop()
+    if _slots.pending is not None:
+        kept, _slots.pending = _slots.pending, None
+        return kept
     found = pinned_rows(args[0] if args else kwargs.get("x"))
     if found is None:
         return None

@@ -91,9 +91,9 @@ _stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", d
 def run_post_hook(original, *args, **kwargs):
     """AROUND ``run_attn_post`` / ``run_moe_post``: SGLang's function, with the post it runs told
     whether SGLang overlaps the statistics (a ``stats_stream`` given). The sublayer has returned
-    by then: the FP8 groups pinned to its input rows are dropped (:func:`.group_quant.unpin_all`)
+    by then: the FP8 groups pinned to its input rows are dropped (:func:`.group_quant.unpin`)
     before this post pins the next ones."""
-    group_quant.unpin_all()
+    group_quant.unpin()
     token = _stats_beside_sublayer.set(kwargs.get("stats_stream") is not None)
     try:
         return original(*args, **kwargs)

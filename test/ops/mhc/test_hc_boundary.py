@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.cases.hc_boundary import boundary_inputs
 from dsv41_kernels.cases.hc_mix_stats import example_inputs, mix_relative_error
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
@@ -31,28 +32,6 @@ from test.machine import on_cuda, pretend_arch
 
 H = 5120
 ROWS_KERNEL = "small_row/cuda fp32 " + ("dependent pair" if ROWS_KERNEL_DEPENDENT else "fused")
-
-
-def boundary_inputs(m: int, *, seed: int, hidden: int = H, device="cpu", special: bool = False):
-    """(y, residual, post, comb, pre, fn, scale, base, weight) as a verify step has them: post
-    in (0, 2), comb and pre positive, streams and outputs of order one. ``special`` puts
-    zeros, negative zeros, large and tiny values into y and the residual."""
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.randn(m, hidden, generator=gen)
-    residual = torch.randn(m, 4, hidden, generator=gen)
-    if special:
-        for t in (y, residual.view(m, -1)):
-            idx = torch.randint(0, t.shape[1], (m, 64), generator=gen)
-            values = torch.tensor([0.0, -0.0, 3.0e4, -3.0e4, 1e-30, -1e-38, 448.0, 2.0**-126])
-            t.scatter_(1, idx, values[torch.randint(0, 8, (m, 64), generator=gen)])
-    post = 2 * torch.rand(m, 4, generator=gen)
-    comb = torch.rand(m, 4, 4, generator=gen)
-    comb = comb / comb.sum(1, keepdim=True)
-    pre = torch.rand(m, 4, generator=gen) + 1e-6
-    _, fn, scale, base = example_inputs(1, hidden, device="cpu", seed=seed + 1)
-    weight = (1 + 0.1 * torch.randn(hidden, generator=gen)).bfloat16()
-    tensors = (y.bfloat16(), residual.bfloat16(), post, comb, pre, fn, scale, base, weight)
-    return tuple(t.to(device) for t in tensors)
 
 
 def fp32_neighbours_nearest(v: fractions.Fraction) -> float:

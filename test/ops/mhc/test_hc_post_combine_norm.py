@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from dsv41_kernels.cases.common import bit_mismatches
+from dsv41_kernels.cases.hc_boundary import boundary_inputs
 from dsv41_kernels.jit import module_available
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm, hc_combine_norm_admission
@@ -18,7 +19,7 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
 from test.machine import on_cuda, pretend_arch
-from test.ops.mhc.test_hc_boundary import boundary_inputs, needs_rows_kernel
+from test.ops.mhc.test_hc_boundary import needs_rows_kernel
 
 H = 5120
 EPS = 1e-6
