@@ -111,12 +111,25 @@ def measure(m: int, device, layer) -> list[dict]:
     ]
 
 
-def measure_quant(m: int, layer, tensors, sglang_run, why, fused) -> list[dict]:
-    """Op ``hc_boundary_quant_fp8``: the boundary, then the next linear's FP8 groups."""
+def sglang_quantizer():
+    """SGLang's ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)`` (its own function,
+    not the plugin's hook): what the next FP8 linear runs on its input on SM90."""
     kernels = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
     quantize = kernels.sglang_per_token_group_quant_fp8
-    quantize = functools.partial(getattr(quantize, "__wrapped__", quantize), group_size=32,
-                                 scale_ue8m0=True)  # fmt: skip
+    quantize = getattr(quantize, "__wrapped__", quantize)
+    return functools.partial(quantize, group_size=32, scale_ue8m0=True)
+
+
+def quant_exact(quant_out, theirs) -> bool:
+    """``quant_out`` is ``theirs`` (SGLang's quantizer's ``(q, scales)``), bit for bit."""
+    q, scales = theirs
+    return bit_mismatches((quant_out[0].view(torch.uint8), quant_out[1]),
+                          (q.view(torch.uint8), scales)) == 0  # fmt: skip
+
+
+def measure_quant(m: int, layer, tensors, sglang_run, why, fused) -> list[dict]:
+    """Op ``hc_boundary_quant_fp8``: the boundary, then the next linear's FP8 groups."""
+    quantize = sglang_quantizer()
     y, residual, post, comb, pre = tensors
     nxt = layer.ffn_hc
     quant_out = (
@@ -128,10 +141,7 @@ def measure_quant(m: int, layer, tensors, sglang_run, why, fused) -> list[dict]:
         return hc_boundary(y, residual, post, comb, pre, nxt.fn, nxt.scale, nxt.base,
                            nxt.norm.weight, norm_eps=EPS, quant_out=quant_out)  # fmt: skip
 
-    normed = ours()[1]
-    q, scales = quantize(normed)
-    exact = bit_mismatches(quant_out[0].view(torch.uint8), q.view(torch.uint8)) == 0
-    exact = exact and bit_mismatches(quant_out[1], scales) == 0
+    exact = quant_exact(quant_out, quantize(ours()[1]))
     op, shape = "hc_boundary_quant_fp8", f"[{m}, 4, 5120] bf16 -> [{m}, 5120] e4m3"
     sglang = record(op, shape, "sglang-0.5.23", None, error=why)
     if sglang_run is not None:

@@ -7,7 +7,12 @@ Arms, op ``hc_post_combine_norm``: ``sglang-0.5.23`` (SGLang's own ``post`` and 
 as its chain dispatches them, our hooks out), ``unfused`` (SGLang's post, then our
 ``hc_combine_norm``: what the plugin runs there without the fusion) and ``ours``
 (``hc_post_combine_norm``, checked bit-equal to ``unfused`` first). The call through SGLang's
-chain is ``benchmark/call_sites.py``'s ``hc_post_combine_norm`` site.
+chain is ``benchmark/call_sites.py``'s ``hc_post_combine_norm`` site. Op
+``hc_post_combine_norm_quant_fp8``, the same and then the FP8 groups the next attention's
+``wqkv_a`` linear quantizes its input into on SM90 (``sglang_per_token_group_quant_fp8(x, 32,
+scale_ue8m0=True)``): ``sglang-0.5.23`` (SGLang's two steps, then its quantizer), ``unfused``
+(``hc_post_combine_norm``, then SGLang's quantizer) and ``ours`` (``hc_post_combine_norm``
+writing the groups in its launch, checked bit-equal to SGLang's quantizer of its normed rows).
 
     python benchmark/kernels/bench_hc_post_combine_norm.py --record [--rows ""] [--overlap 8,64]
 
@@ -34,7 +39,7 @@ import importlib
 import os
 
 import torch
-from bench_hc_boundary import inputs
+from bench_hc_boundary import inputs, quant_exact, sglang_quantizer
 from common import parser, record, report, sgl_kernel_rmsnorm, timed
 
 from dsv41_kernels.calibration import callers
@@ -46,6 +51,7 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
+from dsv41_kernels.ops.mhc.quant_out import empty_quant_out
 
 EPS = 1e-6
 OP = "hc_post_combine_norm"
@@ -75,10 +81,20 @@ def measure(m: int, device, layer, mhc) -> list[dict]:
 
     exact = bit_mismatches(fused(), unfused()) == 0
     kernel = hc_post_combine_norm_admission(y, residual, post, comb, pre, weight).kernel
+    quantize, quant_out = sglang_quantizer(), empty_quant_out(m, 5120, device)
+
+    def ours_groups():
+        return hc_post_combine_norm(y, residual, post, comb, pre, weight, EPS, quant_out=quant_out)
+
+    groups_exact = quant_exact(quant_out, quantize(ours_groups()[1]))
+    quant_op, quant_shape = f"{OP}_quant_fp8", f"{shape} -> [{m}, 5120] e4m3"
     return [
         timed(OP, shape, "sglang-0.5.23", sglang),
         timed(OP, shape, "unfused", unfused),
         timed(OP, shape, "ours", fused, exact=exact, kernel=kernel),
+        timed(quant_op, quant_shape, "sglang-0.5.23", lambda: quantize(sglang()[1])),
+        timed(quant_op, quant_shape, "unfused", lambda: quantize(fused()[1])),
+        timed(quant_op, quant_shape, "ours", ours_groups, exact=groups_exact, kernel=kernel),
     ]
 
 

@@ -100,9 +100,9 @@ void hc_combine_norm_cuda(TensorView x, TensorView pre, TensorView weight, Tenso
   const Params p = checked_params(x, pre, weight, y, data, scales, eps, quantize, cluster);
   const int device = x.device().device_id;
   if (quantize) {
-    run_checked</*QUANTIZE=*/true, /*POST=*/false>(p, device, cluster, threads);
+    run_checked<Epilogue::kMxfp8, /*POST=*/false>(p, device, cluster, threads);
   } else {
-    run_checked</*QUANTIZE=*/false, /*POST=*/false>(p, device, cluster, threads);
+    run_checked<Epilogue::kNone, /*POST=*/false>(p, device, cluster, threads);
   }
 }
 

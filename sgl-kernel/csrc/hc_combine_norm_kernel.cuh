@@ -1,8 +1,9 @@
-// The mHC combine + RMSNorm kernel (optionally with SGLang's post before it, or the MXFP8
-// quantization after it) and its launch, shared by hc_combine_norm.cu and
+// The mHC combine + RMSNorm kernel (optionally with SGLang's post before it, and a quantization
+// of the normed row after it) and its launch, shared by hc_combine_norm.cu and
 // hc_post_combine_norm.cu: one template, so that a row normed by either module has the same
-// bits for the same launch shape. hc_combine_norm.cu's header states the contract and the
-// reduction order; hc_post_combine_norm.cu's what the post adds.
+// bits for the same launch shape. hc_combine_norm.cu's header states the contract, the
+// reduction order and the MXFP8 epilogue; hc_post_combine_norm.cu's what the post and the FP8
+// groups add.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "cluster_launch.cuh"
 #include "float_bits.cuh"
 #include "fp32_ops.cuh"
+#include "group_quant_ue8m0.cuh"
 #include "hc_combine_norm_row.cuh"
 #include "hc_post_row.cuh"
 #include "tensor_view.cuh"
@@ -24,7 +26,7 @@ namespace combine_norm {
 
 constexpr int kStreams = 4;
 constexpr int kVec = 8;        // bf16 values per 16-byte vector
-constexpr int kBlock = 32;     // values per MXFP8 scale
+constexpr int kBlock = 32;     // values per scale: an MXFP8 block, an FP8 group
 constexpr int kMaxItems = 5;   // vectors per thread and CTA
 constexpr int kMaxSlots = 64;  // cluster CTAs x warps
 constexpr int kPadWords = 8;   // scale-padding words per thread of a padding CTA
@@ -34,6 +36,12 @@ constexpr int kMaxRows = 1 << 24;
 // clusters of 4 and slower at 128 (512 CTAs, which the occupancy test let through).
 constexpr int kEarlyStartMaxRowCtas = 384;
 constexpr uint32_t kRcp448 = 0x3B124925u;  // rcp.approx.ftz(448) = RN(1/448)
+
+// What the kernel writes after the normed row y: nothing; its MXFP8 quantization (e4m3 data
+// and 128x4-swizzled UE8M0 scales, FlashInfer's); or its e4m3 groups of 32 with power-of-two
+// fp32 scales, row-major (SGLang's per-token-group quantizer with scale_ue8m0:
+// group_quant_ue8m0.cuh). Both quantize the stored bf16 y.
+enum class Epilogue { kNone, kMxfp8, kGroups };
 
 // The most threads a CTA may have for ITEMS vectors a thread (its register budget; the post's
 // inputs and coefficients take about 40 more registers at one vector a thread).
@@ -46,8 +54,9 @@ struct Params {
   const float* pre;
   const uint16_t* weight;
   uint16_t* y;
-  uint8_t* data;
-  uint8_t* scales;
+  uint8_t* data;         // the e4m3 codes of either quantization
+  uint8_t* scales;       // kMxfp8: the swizzled UE8M0 scales
+  float* group_scales;   // kGroups: [rows, H / 32] fp32, contiguous
   int64_t x_row_stride;  // elements
   int64_t pre_row_stride;
   int64_t pre_col_stride;
@@ -86,9 +95,10 @@ __device__ inline void zero_padding_rows(const Params& p, unsigned pad_cta) {
   }
 }
 
-template <int C, int ITEMS, bool QUANTIZE, bool POST>
+template <int C, int ITEMS, Epilogue E, bool POST>
 __global__ void __launch_bounds__(max_threads(ITEMS, POST))
     hc_combine_norm_kernel(const __grid_constant__ Params p) {
+  constexpr bool QUANTIZE = E == Epilogue::kMxfp8;
   static_assert(!(QUANTIZE && POST), "the post's form has no MXFP8 epilogue");
   __shared__ float slots[kMaxSlots];
   __shared__ alignas(8) uint64_t arrived;  // the exchange's mbarrier (C > 1)
@@ -270,51 +280,75 @@ __global__ void __launch_bounds__(max_threads(ITEMS, POST))
       p.scales[scale_row + (col / 4) * 512 + col % 4] = 0;
     }
   }
+
+  if constexpr (E == Epilogue::kGroups) {
+    // A group is 4 vectors v ≡ 0..3 (mod 4) of 4 adjacent lanes (threads and H / C are
+    // multiples of 32, so v % 4 == lane % 4); idle vectors fill whole groups, never stored.
+    uint8_t* data_row = p.data + row * p.data_row_stride + col0;
+    float* scale_row = p.group_scales + row * p.cols + col0 / kBlock;
+#pragma unroll
+    for (int k = 0; k < ITEMS; ++k) {
+      float y[kVec];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        y[2 * i] = bf16_lo(yw[k][i]);
+        y[2 * i + 1] = bf16_hi(yw[k][i]);
+      }
+      float scale;
+      const uint2 codes = e4m3_codes_ue8m0(y, group_amax<kBlock>(y), scale);
+      const int v = k * threads + tid;
+      if (v < p.cta_vecs) {
+        *reinterpret_cast<uint2*>(data_row + v * kVec) = codes;
+        if (lane % (kBlock / kVec) == 0) scale_row[v / (kBlock / kVec)] = scale;
+      }
+    }
+  }
 }
 
-template <int C, int ITEMS, bool QUANTIZE, bool POST>
+template <int C, int ITEMS, Epilogue E, bool POST>
 void launch(Params p, int threads, cudaStream_t stream) {
   const int words = 32 * p.padded_cols;  // of one 128-row scale tile
   const int per_cta = threads * kPadWords;
-  const int pad_ctas =
-      QUANTIZE && p.rows % 128 != 0 ? ((words + per_cta - 1) / per_cta + C - 1) / C * C : 0;
+  const int pad_ctas = E == Epilogue::kMxfp8 && p.rows % 128 != 0
+                           ? ((words + per_cta - 1) / per_cta + C - 1) / C * C
+                           : 0;
   const int ctas = p.rows * C + pad_ctas;
   p.one_wave = p.rows * C <= kEarlyStartMaxRowCtas &&
-               one_wave(hc_combine_norm_kernel<C, ITEMS, QUANTIZE, POST>, ctas, threads, 0, C);
+               one_wave(hc_combine_norm_kernel<C, ITEMS, E, POST>, ctas, threads, 0, C);
   launch_in_clusters(POST ? "hc_post_combine_norm" : "hc_combine_norm",
-                     hc_combine_norm_kernel<C, ITEMS, QUANTIZE, POST>,
-                     dim3(static_cast<unsigned>(ctas)), dim3(static_cast<unsigned>(threads)), C,
+                     hc_combine_norm_kernel<C, ITEMS, E, POST>, dim3(static_cast<unsigned>(ctas)),
+                     dim3(static_cast<unsigned>(threads)), C,
                      /*dependent=*/true, stream, p);
 }
 
-template <int C, bool QUANTIZE, bool POST>
+template <int C, Epilogue E, bool POST>
 void launch_items(const Params& p, int threads, int items, cudaStream_t stream) {
   switch (items) {
     case 1:
-      return launch<C, 1, QUANTIZE, POST>(p, threads, stream);
+      return launch<C, 1, E, POST>(p, threads, stream);
     case 2:
-      return launch<C, 2, QUANTIZE, POST>(p, threads, stream);
+      return launch<C, 2, E, POST>(p, threads, stream);
     case 3:
-      return launch<C, 3, QUANTIZE, POST>(p, threads, stream);
+      return launch<C, 3, E, POST>(p, threads, stream);
     case 4:
-      return launch<C, 4, QUANTIZE, POST>(p, threads, stream);
+      return launch<C, 4, E, POST>(p, threads, stream);
     case 5:
-      return launch<C, 5, QUANTIZE, POST>(p, threads, stream);
+      return launch<C, 5, E, POST>(p, threads, stream);
     default:
       TVM_FFI_THROW(ValueError) << "combine + norm: " << items << " vectors a thread > "
                                 << kMaxItems;
   }
 }
 
-template <bool QUANTIZE, bool POST>
+template <Epilogue E, bool POST>
 void launch_cluster(const Params& p, int cluster, int threads, int items, cudaStream_t stream) {
   switch (cluster) {
     case 1:
-      return launch_items<1, QUANTIZE, POST>(p, threads, items, stream);
+      return launch_items<1, E, POST>(p, threads, items, stream);
     case 2:
-      return launch_items<2, QUANTIZE, POST>(p, threads, items, stream);
+      return launch_items<2, E, POST>(p, threads, items, stream);
     case 4:
-      return launch_items<4, QUANTIZE, POST>(p, threads, items, stream);
+      return launch_items<4, E, POST>(p, threads, items, stream);
     default:
       TVM_FFI_THROW(ValueError) << "cluster = " << cluster << " must be 1, 2 or 4";
   }
@@ -361,7 +395,7 @@ inline Params common_params(const char* what, int64_t m, int64_t h, int device,
 
 // Checks the launch shape against the row (ValueError) and launches on tvm-ffi's stream for
 // `device`.
-template <bool QUANTIZE, bool POST>
+template <Epilogue E, bool POST>
 void run_checked(const Params& p, int device, int64_t cluster, int64_t threads) {
   if (threads < 32 || threads > 1024 || threads % 32 != 0) {
     TVM_FFI_THROW(ValueError) << "threads = " << threads << " must be a multiple of 32 up to 1024";
@@ -375,8 +409,8 @@ void run_checked(const Params& p, int device, int64_t cluster, int64_t threads) 
   }
   if (p.rows == 0) return;
   tvm::ffi::CUDADeviceGuard guard(device);
-  launch_cluster<QUANTIZE, POST>(p, static_cast<int>(cluster), static_cast<int>(threads), items,
-                                 env_stream(device));
+  launch_cluster<E, POST>(p, static_cast<int>(cluster), static_cast<int>(threads), items,
+                          env_stream(device));
 }
 
 }  // namespace combine_norm

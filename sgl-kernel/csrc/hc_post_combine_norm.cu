@@ -13,7 +13,11 @@
 //     mhc_post_split_h, rounded to nearest even to bf16; a NaN's payload is the conversion's);
 //   normed is hc_combine_norm.cu's y of updated, with its bits for the same launch shape (the
 //     same kernel template, hc_combine_norm_kernel.cuh, computes both from the updated words a
-//     thread holds; the combine never sees a NaN's payload).
+//     thread holds; the combine never sees a NaN's payload);
+//   where the caller passes q, q and q_scales are normed's e4m3 groups of 32 and their
+//     power-of-two scales: SGLang's sglang_per_token_group_quant_fp8(normed, 32,
+//     scale_ue8m0=True) of the stored bf16 row (group_quant_ue8m0.cuh, 4 lanes a group), so
+//     that the next sublayer's FP8 linear need not quantize it again.
 //
 // Launch: hc_combine_norm.cu's grid, cluster and programmatic dependent launch, chosen by the
 // caller (hc_combine_norm_plan.py), at most 640 threads a CTA with one vector a thread; on
@@ -33,11 +37,12 @@ using namespace combine_norm;
 using tvm::ffi::TensorView;
 
 // The post's inputs and outputs and the shared arguments -> the kernel parameters (ValueError
-// naming the first argument that is off). updated must not overlap an input (the caller's).
+// naming the first argument that is off). The outputs must not overlap an input (the caller's).
 Params checked_params(const TensorView& sublayer, const TensorView& residual,
                       const TensorView& post_mix, const TensorView& comb, const TensorView& pre,
                       const TensorView& weight, const TensorView& updated, const TensorView& normed,
-                      double eps, int64_t cluster) {
+                      const TensorView& q, const TensorView& q_scales, bool quantize, double eps,
+                      int64_t cluster) {
   check_tensor(residual, "residual", {kAnySize, kStreams, kAnySize}, {kBfloat16}, kAnyDevice,
                Layout::kContiguous, 16);
   const int64_t m = residual.size(0), h = residual.size(2);
@@ -53,6 +58,12 @@ Params checked_params(const TensorView& sublayer, const TensorView& residual,
   p.comb = data_as<const float>(comb);
   p.updated = data_as<uint16_t>(updated);
   p.sublayer_row_stride = sublayer.stride(0);
+  const int64_t q_rows = quantize ? m : 0;
+  check_tensor(q, "q", {q_rows, h}, {kByte}, device, Layout::kContiguous, 16);
+  check_tensor(q_scales, "q_scales", {q_rows, h / kBlock}, {kFloat32}, device, Layout::kContiguous);
+  p.data = data_as<uint8_t>(q);
+  p.data_row_stride = h;
+  p.group_scales = data_as<float>(q_scales);
   return p;
 }
 
@@ -60,15 +71,23 @@ Params checked_params(const TensorView& sublayer, const TensorView& residual,
 
 // sublayer bf16 [m, H] (unit-stride rows), residual bf16 [m, 4, H], post_mix fp32 [m, 4], comb
 // fp32 [m, 4, 4] (contiguous), pre fp32 [m, 4], weight bf16 [H] -> updated bf16 [m, 4, H]
-// (contiguous) and normed bf16 [m, H]; 16-byte aligned rows. The launch shape as
+// (contiguous) and normed bf16 [m, H]; 16-byte aligned rows; q float8_e4m3fn [m, H] and
+// q_scales fp32 [m, H / 32] (contiguous, q 16-byte aligned): normed's e4m3 groups of 32 and
+// their power-of-two scales, or both with no rows: not written. The launch shape as
 // hc_combine_norm_cuda's (cluster 1, 2 or 4; threads with one vector a thread at most 640).
 void hc_post_combine_norm_cuda(TensorView sublayer, TensorView residual, TensorView post_mix,
                                TensorView comb, TensorView pre, TensorView weight,
-                               TensorView updated, TensorView normed, double eps, int64_t cluster,
-                               int64_t threads) {
+                               TensorView updated, TensorView normed, TensorView q,
+                               TensorView q_scales, double eps, int64_t cluster, int64_t threads) {
+  const bool quantize = q.ndim() != 2 || q.size(0) != 0;
   const Params p = checked_params(sublayer, residual, post_mix, comb, pre, weight, updated, normed,
-                                  eps, cluster);
-  run_checked</*QUANTIZE=*/false, /*POST=*/true>(p, residual.device().device_id, cluster, threads);
+                                  q, q_scales, quantize, eps, cluster);
+  const int device = residual.device().device_id;
+  if (quantize) {
+    run_checked<Epilogue::kGroups, /*POST=*/true>(p, device, cluster, threads);
+  } else {
+    run_checked<Epilogue::kNone, /*POST=*/true>(p, device, cluster, threads);
+  }
 }
 
 TVM_FFI_DLL_EXPORT_TYPED_FUNC(hc_post_combine_norm_cuda, hc_post_combine_norm_cuda);

@@ -1,11 +1,13 @@
-"""The FP8 groups the fused boundary writes for the next sublayer's block-FP8 linear (site
-``hc_boundary_quant_fp8``), taken by SGLang 0.5.23's own linear: on SM90
+"""The FP8 groups a boundary writes for the next sublayer's block-FP8 linear (sites
+``hc_boundary_quant_fp8``, the fused boundary, and ``hc_post_combine_norm_quant_fp8``, the
+boundary without statistics), taken by SGLang 0.5.23's own linear: on SM90
 ``deepgemm_w8a8_block_fp8_linear_with_fallback(act_scale_ue8m0=True)`` asks
 ``sglang_per_token_group_quant_fp8(x.view(-1, K), 32, scale_ue8m0=True)`` for its operands, and
 the shared quantizer hook answers with the groups pinned to those rows. CPU: a pretended SM90
-linear gets pinned groups as its GEMM operands, every other call SGLang's quantizer, and the
-site's admission. GPU (the H200): SGLang's chain (post, combine, the linear) with the plugin on
-hands the GEMM SGLang's quantizer's bits of the normed rows without launching it."""
+linear gets pinned groups as its GEMM operands (each form's own, from its fallback), every
+other call SGLang's quantizer, and the sites' admission. GPU (the H200): SGLang's chain (post,
+combine, the linear) with the plugin on, with and without SGLang's stats stream, hands the GEMM
+SGLang's quantizer's bits of the normed rows without launching it."""
 
 from __future__ import annotations
 
@@ -19,7 +21,13 @@ from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 from test.sglang import callers, policies
 
 PINNED_HOOK = "hc_boundary_quant_fp8.sglang_per_token_group_quant_fp8"
+POST_PINNED_HOOK = "hc_post_combine_norm_quant_fp8.sglang_per_token_group_quant_fp8"
 BOUNDARY_HOOK = "hc_boundary._post_fusion"
+POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
+FORMS = {  # the boundary form: its groups' site, and the name their fire counts go under
+    "fused": ("hc_boundary_quant_fp8", PINNED_HOOK),
+    "without statistics": ("hc_post_combine_norm_quant_fp8", POST_PINNED_HOOK),
+}
 WQKV_A_OUT = 1792  # V4.1-Flash's fused wqkv_a: q_lora 1280 + kv 512
 
 
@@ -143,37 +151,76 @@ def test_the_post_after_the_sublayer_drops_the_groups(plugin, fired):
     assert group_quant.pinned_rows(rows) is None and group_quant._slots.pinned is None
 
 
-def test_the_site_is_sm90_only_and_off_until_measured(plugin, on_gpu, monkeypatch):
+@pytest.mark.parametrize("form", FORMS)
+def test_each_form_pins_its_groups_for_sglangs_linear(sm90_linear, fired, on_gpu, monkeypatch,
+                                                      form):  # fmt: skip
+    """Each boundary form, its groups' site admitted (SM90 pretended, forced), pins the groups
+    of the rows it returns (here its fallback's: the reference quantizer of them), and SGLang's
+    linear takes them, counted under the form's own name."""
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    from dsv41_kernels.admission import refuse
+    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+    from test.sglang.test_hc_boundary import inputs, triplet_and_boundary
+
+    site, counted = FORMS[form]
+    sm90 = types.SimpleNamespace(is_sm90=True, is_blackwell=False)
+    monkeypatch.setattr(hook, "get_platform", lambda: sm90)
+    on_gpu()
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
+    assert hook.groups_admission(normed_rows(1), site)
+    layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), "cpu")
+    y, _, residual = inputs(2, "cpu")
+    triplet, boundary = triplet_and_boundary(layer, 2)
+    args = (y, residual, triplet, boundary, refuse("CPU"))
+    if form == "fused":
+        state = hook._boundary(layer.attn_hc, *args)
+    else:
+        state = hook._post_combine_norm(*args)
+        assert state.stats is None
+    x = mhc.combine(layer.ffn_hc, state)
+    q, scales = sm90_linear(x)
+    theirs = group_quant_ue8m0(x, 32)
+    assert (
+        bit_mismatches((q.view(torch.uint8), scales), (theirs[0].view(torch.uint8), theirs[1])) == 0
+    )
+    assert fired()[counted] == {"ours": 1, "sglang": {}}
+
+
+@pytest.mark.parametrize("site", [site for site, _ in FORMS.values()])
+def test_the_sites_are_sm90_only_and_off_until_measured(plugin, on_gpu, monkeypatch, site):
     from dsv41_kernels.sglang_plugin import hc_boundary as hook
 
     y = normed_rows(6)
-    assert "not SM90" in hook.groups_admission(y).reason
+    assert "not SM90" in hook.groups_admission(y, site).reason
     sm90 = types.SimpleNamespace(is_sm90=True, is_blackwell=False)
     monkeypatch.setattr(hook, "get_platform", lambda: sm90)
     on_gpu()  # the built-in H200 policy, which has not measured the site
-    refusal = hook.groups_admission(y)
-    assert not refusal and "hc_boundary_quant_fp8 not measured" in refusal.reason
-    on_gpu(policy=policies.declining_policy(hook.QUANT_SITE, "x us against y us"))
-    assert "measured slower" in hook.groups_admission(y).reason
+    refusal = hook.groups_admission(y, site)
+    assert not refusal and f"{site} not measured" in refusal.reason
+    on_gpu(policy=policies.declining_policy(site, "x us against y us"))
+    assert "measured slower" in hook.groups_admission(y, site).reason
     monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
-    assert hook.groups_admission(y)
+    assert hook.groups_admission(y, site)
     with torch.inference_mode():  # no version counters: nothing to pin against
-        assert "inference mode" in hook.groups_admission(y).reason
-        assert "inference mode" in hook.groups_admission(normed_rows(6)).reason
+        assert "inference mode" in hook.groups_admission(y, site).reason
+        assert "inference mode" in hook.groups_admission(normed_rows(6), site).reason
 
 
 # ---- GPU tier ------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("stats_stream", [False, True], ids=["inline statistics", "stats stream"])
 @pytest.mark.parametrize("rows", [1, 6, 17, 64])
 def test_gpu_the_attention_linear_gets_sglangs_quantizer_bits(sm90_linear, fired, monkeypatch,
-                                                              rows):  # fmt: skip
+                                                              rows, stats_stream):  # fmt: skip
     """Forced (not measured yet): a boundary into an attention sublayer through SGLang's chain
     (``run_attn_post`` with the attention's ``HcNextBoundary``, its ``combine``, then its
-    ``wqkv_a`` linear): our boundary fires, the linear's quantizer call is answered with the
-    pinned groups, and they are SGLang's own quantizer's bits of the rows the combine returned;
-    with the plugin's mHC hooks off, SGLang's quantizer runs as before."""
+    ``wqkv_a`` linear): our boundary fires (the fused one, or without SGLang's stats stream the
+    one without statistics), the linear's quantizer call is answered with the pinned groups, and
+    they are SGLang's own quantizer's bits of the rows the combine returned; with the plugin's
+    mHC hooks off, SGLang's quantizer runs as before."""
     from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
@@ -185,21 +232,25 @@ def test_gpu_the_attention_linear_gets_sglangs_quantizer_bits(sm90_linear, fired
     triplet, _ = triplet_and_boundary(layer, rows)
     triplet = tuple(t.cuda() for t in triplet)
     boundary = mhc.make_boundary(layer.input_layernorm, accepts_mxfp8=False, hc=layer.attn_hc)
+    stream = torch.cuda.Stream() if stats_stream else None
 
     def chain():
         state = mhc.run_attn_post(
-            layer.ffn_hc, y, residual, stats_stream=None, next=boundary, world_size=1,
+            layer.ffn_hc, y, residual, stats_stream=stream, next=boundary, world_size=1,
             precomputed=triplet,
         )  # fmt: skip
         x = mhc.combine(layer.attn_hc, state)
         return x, sm90_linear(x)
 
     x, (q, scales) = chain()
+    boundary_hook, pinned_hook = (
+        (POST_COMBINE_NORM_HOOK, POST_PINNED_HOOK) if stats_stream else (BOUNDARY_HOOK, PINNED_HOOK)
+    )
     counts = fired()
-    assert counts[BOUNDARY_HOOK]["ours"] == 1 and counts[PINNED_HOOK] == {"ours": 1, "sglang": {}}
+    assert counts[boundary_hook]["ours"] == 1 and counts[pinned_hook] == {"ours": 1, "sglang": {}}
     theirs = sglang_per_token_group_quant_fp8.__wrapped__(x, 32, scale_ue8m0=True)
     assert bit_mismatches(q.view(torch.uint8), theirs[0].view(torch.uint8)) == 0
     assert bit_mismatches(scales, theirs[1]) == 0
     with callers.sglang_functions(mhc):  # the plugin's mHC off: SGLang's launch quantizes
         _, (sglang_q, _) = chain()
-    assert sglang_q is not q and fired()[PINNED_HOOK]["ours"] == 1
+    assert sglang_q is not q and fired()[pinned_hook]["ours"] == 1

@@ -195,28 +195,29 @@ def mhc_cases(device, site: str) -> list[Case]:
     return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in MHC_ROWS]
 
 
-def _boundary_at(v41, rows: int, device):
-    """``(mhc, y, residual, gen, boundary)`` for one boundary of ``rows`` random bf16 rows: the
-    sublayer's output, the streams it joins, the generator that drew them, and the consumer's
-    ``HcNextBoundary`` (the FFN hyper-connection and its norm)."""
+def _boundary_at(v41, rows: int, device, *, into_attention: bool = False):
+    """``(mhc, y, residual, gen, boundary, consumer)`` for one boundary of ``rows`` random bf16
+    rows: the sublayer's output, the streams it joins, the generator that drew them, and the
+    consumer's ``HcNextBoundary`` and hyper-connection (the FFN's and its norm, or with
+    ``into_attention`` the attention's and ``input_layernorm``)."""
     mhc = importlib.import_module(MHC)
     gen = torch.Generator(device).manual_seed(rows)
     draw = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.bfloat16)
     y, residual = draw(rows, callers.HIDDEN), draw(rows, 4, callers.HIDDEN)
-    boundary = mhc.make_boundary(v41.post_attention_layernorm, accepts_mxfp8=False, hc=v41.ffn_hc)
-    return mhc, y, residual, gen, boundary
+    consumer = v41.attn_hc if into_attention else v41.ffn_hc
+    norm = v41.input_layernorm if into_attention else v41.post_attention_layernorm
+    boundary = mhc.make_boundary(norm, accepts_mxfp8=False, hc=consumer)
+    return mhc, y, residual, gen, boundary, consumer
 
 
 def _chained_boundary(v41, rows: int, device, *, into_attention: bool = False):
     """A call of one boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of
-    ``v41``'s attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN's, or
-    with ``into_attention`` the attention's: its hyper-connection and ``input_layernorm``),
-    then the consumer's ``combine``, whose rows it returns. The statistics the post leaves are
-    the next call's precomputed ones, as in a forward."""
-    mhc, y, residual, _, boundary = _boundary_at(v41, rows, device)
-    consumer = v41.attn_hc if into_attention else v41.ffn_hc
-    if into_attention:
-        boundary = mhc.make_boundary(v41.input_layernorm, accepts_mxfp8=False, hc=consumer)
+    ``v41``'s attention hyper-connection with the consumer's ``HcNextBoundary``
+    (:func:`_boundary_at`), then the consumer's ``combine``, whose rows it returns. The
+    statistics the post leaves are the next call's precomputed ones, as in a forward."""
+    mhc, y, residual, _, boundary, consumer = _boundary_at(
+        v41, rows, device, into_attention=into_attention
+    )
     carried = {"stats": None}
 
     def run():
@@ -231,13 +232,30 @@ def _chained_boundary(v41, rows: int, device, *, into_attention: bool = False):
     return run
 
 
-def boundary_cases(device) -> list[Case]:
+def _then_quantized(run):
+    """``run`` (a boundary into an attention sublayer), then what its ``wqkv_a`` block-FP8
+    linear does first on SM90: ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)``
+    through ``fp8_utils``' binding. SGLang's arm launches the quantizer; ours writes the groups
+    in the boundary's launch, and the call returns them."""
+    fp8_utils = importlib.import_module(FP8_UTILS)
+
+    def quantized():
+        x = run()
+        return fp8_utils.sglang_per_token_group_quant_fp8(
+            x.view(-1, x.shape[-1]), callers.WQ_B_GROUP, scale_ue8m0=True
+        )
+
+    return quantized
+
+
+def boundary_cases(device, *, quantized: bool = False) -> list[Case]:
     """One mHC boundary as ``HcReadCall.update_and_read`` runs it: ``run_attn_post`` of a V4.1
     layer's attention hyper-connection with the consumer's ``HcNextBoundary`` (the FFN one and
     its norm), then the consumer's ``combine``, on random bf16 ``[rows, 4, 5120]`` residuals.
     SGLang's arm computes the triplet inside the post (its statistics), then the post and the
     combine; ours takes the statistics the previous call's fused boundary left as precomputed,
-    as it does in a forward, and runs the boundary in one launch.
+    as it does in a forward, and runs the boundary in one launch. ``quantized``: into the
+    attention, then its first linear's input quantization (:func:`_then_quantized`).
 
     The call runs with one rank's parallel layout stated (no context parallelism): past 64
     rows SGLang's post asks whether prefill context parallelism interleaves, which a server
@@ -247,59 +265,32 @@ def boundary_cases(device) -> list[Case]:
     )
 
     def build(rows):
-        return _chained_boundary(layer(), rows, device)
+        run = _chained_boundary(layer(), rows, device, into_attention=quantized)
+        return _then_quantized(run) if quantized else run
 
     sglang = ((MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),)
-    return [
-        Case("hc_boundary", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS
-    ]
+    site = "hc_boundary_quant_fp8" if quantized else "hc_boundary"
+    sglang += ((FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),) if quantized else ()
+    return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS]
 
 
-def boundary_quant_cases(device) -> list[Case]:
-    """One mHC boundary into an attention sublayer (:func:`_chained_boundary`), then what its
-    ``wqkv_a`` block-FP8 linear does first on SM90: ``sglang_per_token_group_quant_fp8(x, 32,
-    scale_ue8m0=True)`` through ``fp8_utils``' binding. SGLang's arm launches the quantizer;
-    ours writes the groups in the boundary's launch, and the call returns them."""
-    layer = functools.cache(
-        lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
-    )
-
-    def build(rows):
-        fp8_utils = importlib.import_module(FP8_UTILS)
-        boundary = _chained_boundary(layer(), rows, device, into_attention=True)
-
-        def run():
-            x = boundary()
-            return fp8_utils.sglang_per_token_group_quant_fp8(
-                x.view(-1, x.shape[-1]), callers.WQ_B_GROUP, scale_ue8m0=True
-            )
-
-        return run
-
-    sglang = (
-        (MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),
-        (FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),
-    )
-    return [
-        Case("hc_boundary_quant_fp8", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r))
-        for r in BOUNDARY_ROWS
-    ]
-
-
-def post_combine_norm_cases(device) -> list[Case]:
+def post_combine_norm_cases(device, *, quantized: bool = False) -> list[Case]:
     """One mHC boundary's critical path where SGLang runs the next statistics on its stats
     stream: ``run_attn_post`` of a V4.1 layer's attention hyper-connection given the stream and
     the consumer's ``HcNextBoundary``, then the consumer's ``combine``, on random bf16
     ``[rows, 4, 5120]`` residuals. The triplet comes precomputed (what the stream delivers at
     the join), so both arms time the post and the combine: SGLang's two launches, or ours in
-    one. Under :func:`one_rank_layout`, as :func:`boundary_cases`."""
+    one. ``quantized``: into the attention, then its first linear's input quantization
+    (:func:`_then_quantized`). Under :func:`one_rank_layout`, as :func:`boundary_cases`."""
     layer = functools.cache(
         lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     )
 
     def build(rows):
         v41 = layer()
-        mhc, y, residual, gen, boundary = _boundary_at(v41, rows, device)
+        mhc, y, residual, gen, boundary, consumer = _boundary_at(
+            v41, rows, device, into_attention=quantized
+        )
         comb = torch.rand(rows, 4, 4, generator=gen, device=device)
         triplet = (
             torch.rand(rows, 4, generator=gen, device=device) + 0.1,
@@ -314,14 +305,15 @@ def post_combine_norm_cases(device) -> list[Case]:
                     v41.attn_hc, y, residual, stats_stream=stream, next=boundary,
                     world_size=1, precomputed=triplet,
                 )  # fmt: skip
-                return mhc.combine(v41.ffn_hc, state)
+                return mhc.combine(consumer, state)
 
-        return run
+        return _then_quantized(run) if quantized else run
 
     sglang = ((MHC, ("_combine", "_post_fusion")),)
+    site = "hc_post_combine_norm_quant_fp8" if quantized else "hc_post_combine_norm"
+    sglang += ((FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),) if quantized else ()
     return [
-        Case("hc_post_combine_norm", f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r))
-        for r in POST_COMBINE_NORM_ROWS
+        Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in POST_COMBINE_NORM_ROWS
     ]
 
 
@@ -428,7 +420,11 @@ SITES = {
     ),
     "hc_boundary_quant_fp8": Driver(
         "deepseek_v4_mhc.run_attn_post + combine + wqkv_a's input quantization",
-        boundary_quant_cases,
+        functools.partial(boundary_cases, quantized=True),
+    ),
+    "hc_post_combine_norm_quant_fp8": Driver(
+        "deepseek_v4_mhc.run_attn_post (stats stream) + combine + wqkv_a's input quantization",
+        functools.partial(post_combine_norm_cases, quantized=True),
     ),
     "rmsnorm_quant_fp8": Driver(
         "MQALayer._normalize_q_lora + wq_b's input quantization", q_side_cases

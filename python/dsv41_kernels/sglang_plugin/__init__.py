@@ -15,7 +15,8 @@ weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and
 combine+norm in one launch, or, where SGLang runs the statistics on its side stream, the post
 and combine+norm in one launch: ``hc_post_combine_norm``; on SM90 also the next FP8 linear's
-input groups in the boundary's launch: ``hc_boundary_quant_fp8``), ``hc_stats_stream``
+input groups in the boundary's launch: ``hc_boundary_quant_fp8`` and
+``hc_post_combine_norm_quant_fp8``), ``hc_stats_stream``
 (SGLang's stats stream for an SM90 verify step: not an op, a schedule; off until measured),
 ``rmsnorm_quant_fp8`` (the
 attention's Q-side RMSNorm and the FP8 groups of ``wq_b``'s input on Hopper in one launch),

@@ -5,7 +5,8 @@ Two call sites compute, in a launch of their own op, the quantization SGLang run
 - ``inverse_rope_quant_fp8`` quantizes the attention output with its inverse RoPE; the
   quantizer call that follows in ``MQALayer.forward`` takes that result (:func:`keep_for_next`,
   one call);
-- ``hc_boundary`` quantizes the next sublayer's normed input in the boundary's launch and pins
+- ``hc_boundary`` (either form: with the statistics, or without them where they run on the
+  stats stream) quantizes the next sublayer's normed input in the boundary's launch and pins
   the pair to those rows until the next post (:func:`pin`); an FP8 linear that reads them (on
   SM90 the attention's ``wqkv_a`` and the shared expert's ``gate_up_proj``:
   ``deepgemm_w8a8_block_fp8_linear_with_fallback`` calls
@@ -36,6 +37,9 @@ from dsv41_kernels.sglang_plugin import dispatch
 
 TARGET = "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8"
 PINNED_HOOK = "hc_boundary_quant_fp8.sglang_per_token_group_quant_fp8"
+POST_PINNED_HOOK = "hc_post_combine_norm_quant_fp8.sglang_per_token_group_quant_fp8"
+"""The fire-count names of a quantizer call answered with the groups of the fused boundary and
+of the boundary without statistics."""
 _SIGNATURE = inspect.signature(sglang_per_token_group_quant_fp8)
 AMAX_FLOOR = 1e-10
 """The quantizer's default ``eps``, the floor our kernels apply (fp8_kernel.py:492)."""
@@ -73,14 +77,15 @@ class Kept:
 class Pinned:
     """The e4m3 groups of the rows a boundary launch normed and their power-of-two scales, as
     SGLang's ``sglang_per_token_group_quant_fp8(rows, group, scale_ue8m0=True)`` returns them,
-    and the version counters of the rows, ``q`` and ``scales`` then (a torch in-place write since
-    makes them stale)."""
+    the version counters of the rows, ``q`` and ``scales`` then (a torch in-place write since
+    makes them stale), and the name a call they answer is counted under."""
 
     rows: weakref.ref
     q: torch.Tensor
     scales: torch.Tensor
     group: int
     versions: tuple[int, int, int]
+    hook: str
 
     def serves(self, rows: torch.Tensor, arguments: dict[str, Any]) -> Admission:
         x = arguments["x"]
@@ -117,11 +122,14 @@ def _versions(*tensors: torch.Tensor) -> tuple[int, ...]:
     return tuple(t._version for t in tensors)
 
 
-def pin(rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int) -> None:
+def pin(
+    rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int, hook: str = PINNED_HOOK
+) -> None:
     """Pin ``(q, scales)``, the groups of ``group`` columns of ``rows`` (a tensor that is not a
     view, outside inference mode: its tensors keep no version counter), for the quantizer calls
-    that read ``rows``, until :func:`unpin`."""
-    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, _versions(rows, q, scales))
+    that read ``rows``, until :func:`unpin`; those calls are counted under ``hook``."""
+    versions = _versions(rows, q, scales)
+    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, versions, hook)
 
 
 def unpin() -> None:
@@ -148,7 +156,7 @@ def _kept(args, kwargs) -> Kept | None:
     if found is None:
         return None
     rows, groups = found
-    return Kept(PINNED_HOOK, lambda arguments: groups.serves(rows, arguments),
+    return Kept(groups.hook, lambda arguments: groups.serves(rows, arguments),
                 (groups.q, groups.scales))  # fmt: skip
 
 

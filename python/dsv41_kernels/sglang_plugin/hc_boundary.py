@@ -48,7 +48,10 @@ Blackwell's: on SM90 ``HcReadCall.read`` drops the pair, since its attention doe
 MXFP8. Where the policy measured it faster, the fused boundary writes those groups in the same
 launch and pins them to ``normed`` (:mod:`.group_quant`); the quantizer call of a linear that
 reads exactly these unmodified rows with exactly that quantization returns them: SGLang's
-quantizer's bits by the op's contract, so the GEMM gets the operands it would have had.
+quantizer's bits by the op's contract, so the GEMM gets the operands it would have had. The
+boundary without statistics does the same under its own site (``hc_post_combine_norm_quant_fp8``:
+on SM90 one row or a decode of up to 64, and verify steps the ``hc_stats_stream`` site gives the
+stream).
 """
 
 from __future__ import annotations
@@ -64,11 +67,12 @@ from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, admit, refuse
-from dsv41_kernels.ops.mhc.hc_boundary import QUANT_GROUP, hc_boundary, hc_boundary_admission
+from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
+from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
 from dsv41_kernels.sglang_plugin import dispatch, group_quant, parts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
@@ -83,6 +87,7 @@ COMBINE_PART = {"hc_combine_norm": PART_HOOKS["hc_combine_norm"]}
 HOOK = "hc_boundary._post_fusion"
 POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
 QUANT_SITE = "hc_boundary_quant_fp8"
+POST_QUANT_SITE = "hc_post_combine_norm_quant_fp8"
 
 # Whether the post now running was given SGLang's stats stream (set around run_*_post).
 _stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", default=False)
@@ -184,8 +189,9 @@ def sglang_post_is_split_h(cfg, rows: int) -> bool:
     return platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
 
 
-def groups_admission(y) -> Admission:
-    """Whether the fused boundary also writes the FP8 groups of its normed rows for the next
+def groups_admission(y, site: str) -> Admission:
+    """Whether a boundary form (its policy ``site``: :data:`QUANT_SITE` or
+    :data:`POST_QUANT_SITE`) also writes the FP8 groups of its normed rows for the next
     sublayer's block-FP8 linear (pure: the platform, SGLang's FP8 dtype, the policy)."""
     if not get_platform().is_sm90:
         return refuse("not SM90: SGLang's FP8 linears quantize their bf16 input otherwise")
@@ -193,7 +199,7 @@ def groups_admission(y) -> Admission:
         return refuse(f"SGLang quantizes to {fp8_kernel.fp8_dtype} here")
     if torch.is_inference_mode_enabled() or y.is_inference():
         return refuse("torch inference mode: its tensors keep no version counter to pin against")
-    slower = policy_refusal(QUANT_SITE, y)
+    slower = policy_refusal(site, y)
     if slower is not None:
         return slower
     return admit("pinned", f"e4m3 groups of {QUANT_GROUP} with power-of-two scales")
@@ -225,13 +231,7 @@ def _boundary(hc, y, residual, coefficients, next, admission):
     pre, post, comb = coefficients
     next_hc = next.hc
     cfg = next_hc.cfg
-    quant_out = None
-    if groups_admission(y):
-        m, h = y.shape
-        quant_out = (
-            torch.empty((m, h), dtype=torch.float8_e4m3fn, device=y.device),
-            torch.empty((m, h // QUANT_GROUP), dtype=torch.float32, device=y.device),
-        )
+    quant_out = empty_quant_out(*y.shape, y.device) if groups_admission(y, QUANT_SITE) else None
     updated, normed, stats = hc_boundary(
         y, residual, post, comb, pre, next_hc.fn, next_hc.scale, next_hc.base, next.norm.weight,
         iters=cfg.sinkhorn_iters, rms_eps=cfg.rms_eps, eps=cfg.eps,
@@ -246,10 +246,14 @@ def _boundary(hc, y, residual, coefficients, next, admission):
 
 def _post_combine_norm(y, residual, coefficients, next, admission):
     pre, post, comb = coefficients
+    groups = groups_admission(y, POST_QUANT_SITE)
+    quant_out = empty_quant_out(*y.shape, y.device) if groups else None
     updated, normed = hc_post_combine_norm(
         y, residual, post, comb, pre, next.norm.weight, next.norm.variance_epsilon,
-        admission=admission,
+        admission=admission, quant_out=quant_out,
     )  # fmt: skip
+    if quant_out is not None:
+        group_quant.pin(normed, *quant_out, QUANT_GROUP, group_quant.POST_PINNED_HOOK)
     # No statistics: the next post computes them on SGLang's stats stream, as it would.
     return mhc.HcState(updated, pre, mhc.HcNormed(normed))
 

@@ -65,6 +65,7 @@ SITE_SWITCH = {
     "hc_boundary": "hc_boundary",
     "hc_post_combine_norm": "hc_boundary",
     "hc_boundary_quant_fp8": "hc_boundary",
+    "hc_post_combine_norm_quant_fp8": "hc_boundary",
     "hc_stats_stream": "hc_stats_stream",
     "accept_greedy_epilogue": "accept_greedy_epilogue",
     "rmsnorm_quant_fp8": "rmsnorm_quant_fp8",

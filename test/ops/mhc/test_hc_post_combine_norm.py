@@ -1,6 +1,7 @@
 """hc_post_combine_norm: SGLang's post and the next combine + RMSNorm in one launch, bitwise
 the two unfused (the post as SGLang's kernels round it, the combine as hc_combine_norm's
-kernel computes it for the same rows)."""
+kernel computes it for the same rows), and with ``quant_out`` SGLang's ue8m0 FP8 groups of the
+normed rows."""
 
 from __future__ import annotations
 
@@ -16,10 +17,16 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
+from dsv41_kernels.ops.mhc.quant_out import no_quant_out
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as ref_combine_norm
 from test.machine import on_cuda, pretend_arch
-from test.ops.mhc.test_hc_boundary import needs_rows_kernel
+from test.ops.mhc.test_hc_boundary import (
+    assert_groups_of,
+    needs_rows_kernel,
+    nonfinite_rows,
+    quant_out_like,
+)
 
 H = 5120
 EPS = 1e-6
@@ -61,6 +68,31 @@ def test_no_rows_and_nonfinite_rows_on_the_fallback():
     assert normed[1].isnan().all() and updated[1].isnan().any()
     for a, b in zip((updated, normed), clean, strict=True):
         assert bit_mismatches(a[[0, 2]], b[[0, 2]]) == 0
+
+
+def test_fallback_fills_quant_out_with_sglangs_groups_of_normed():
+    """Rows of every kind (special values, +-Inf and NaN inputs): ``quant_out`` holds SGLang's
+    quantizer of the ``normed`` returned, and the other outputs are a plain call's."""
+    for seed in range(8):
+        args = post_inputs(2 + seed % 5, seed=seed, hidden=96, special=seed % 2 == 1)
+        if seed % 4 >= 2:
+            args = nonfinite_rows(args, seed)
+        quant_out = quant_out_like(args[0])
+        updated, normed = hc_post_combine_norm(*args, quant_out=quant_out)
+        assert_groups_of(normed, quant_out, seed)
+        assert bit_mismatches((updated, normed), hc_post_combine_norm(*args)) == 0
+
+
+def test_quant_out_errors_name_it():
+    """The checks :mod:`dsv41_kernels.ops.mhc.quant_out` makes, with this op's inputs."""
+    args = post_inputs(3, seed=4, hidden=64)
+    q, scales = quant_out_like(args[0])
+    with pytest.raises(ValueError, match=r"quant_out\[1\] \(scales\) must be \[3, 2\]"):
+        hc_post_combine_norm(*args, quant_out=(q, scales[:, :1]))
+    with pytest.raises(ValueError, match="pre shares memory"):
+        hc_post_combine_norm(*args, quant_out=(q, args[4].view(-1)[:6].view(3, 2)))
+    with pytest.raises(ValueError, match="must be a tuple"):
+        hc_post_combine_norm(*args, quant_out=q)
 
 
 def test_admission_refuses_off_cuda_and_names_bad_arguments():
@@ -245,14 +277,49 @@ def test_gpu_strided_rows_graph_replay_and_bad_launch_shapes():
 
     module = load_module("hc_post_combine_norm", 0)
     updated, normed = (torch.empty_like(t) for t in first)
-    call = lambda *shape: module.hc_post_combine_norm_cuda(
-        y, residual, post, comb, pre, weight, updated, normed, EPS, *shape
+    none = no_quant_out(y.device, H)
+    call = lambda *shape, out=(updated, normed), groups=none: module.hc_post_combine_norm_cuda(
+        y, residual, post, comb, pre, weight, *out, *groups, EPS, *shape
     )
     with pytest.raises(ValueError, match="threads"):
         call(1, 1024)  # one vector a thread, more threads than the post's registers allow
     with pytest.raises(ValueError, match="cluster"):
         call(3, 160)
     with pytest.raises(ValueError, match="updated"):
-        module.hc_post_combine_norm_cuda(
-            y, residual, post, comb, pre, weight, updated[:, :3], normed, EPS, 4, 160
-        )
+        call(4, 160, out=(updated[:, :3], normed))
+    q, scales = quant_out_like(y)
+    with pytest.raises(ValueError, match="q_scales"):
+        call(4, 160, groups=(q, scales[:, :8]))
+
+
+@pytest.mark.gpu
+@needs_kernel
+@pytest.mark.parametrize("m", (1, 6, 17, 64, 96, 384))
+def test_gpu_quant_out_is_sglangs_quantizer_of_normed(m):
+    """The FP8 epilogue in the launch shapes the rows get (H = 5120: one vector a thread in
+    clusters of 4 or 1; 4160: clusters of 2, two vectors a thread; 9760: five, both with idle
+    vectors), eagerly and replayed: SGLang's ue8m0 groups of the normed rows the same launch
+    stores, special and non-finite rows included, and every other output the bits of a launch
+    without it."""
+    for seed in range(6):
+        hidden = (H, 4160, 9760)[seed % 3]
+        args = post_inputs(m, seed=900 + m + seed, hidden=hidden, device="cuda",
+                           special=seed % 2 == 1)  # fmt: skip
+        if seed >= 3:
+            args = nonfinite_rows(args, seed)
+        admission = _admitted(args)
+        plain = hc_post_combine_norm(*args, admission=admission)
+        quant_out = quant_out_like(args[0])
+        ours = hc_post_combine_norm(*args, admission=admission, quant_out=quant_out)
+        assert_groups_of(ours[1], quant_out, (seed, admission.plan.cuda))
+        assert bit_mismatches(ours, plain) == 0
+    args = post_inputs(m, seed=m, device="cuda")
+    quant_out = quant_out_like(args[0])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = hc_post_combine_norm(*args, quant_out=quant_out)
+    for scale in (1.0, 1e20, 1e-20):
+        args[0].mul_(scale)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_groups_of(captured[1], quant_out, scale)

@@ -26,8 +26,8 @@ fp32 (this boundary's triplet), ``pre [m, 4]`` fp32 (the next combine's gates), 
   one-CTA shape, which has its cluster shape's bits); the fallback runs the three ops unfused;
 - with ``quant_out``, also ``normed``'s e4m3 groups of 32 and their power-of-two scales,
   **bitwise** SGLang 0.5.23's ``sglang_per_token_group_quant_fp8(normed, 32,
-  scale_ue8m0=True)`` on SM90 (:func:`dsv41_kernels.reference.rmsnorm_quant_fp8.group_quant_ue8m0`:
-  what the next sublayer's block-FP8 linear would compute from these rows), in the same launch.
+  scale_ue8m0=True)`` on SM90 (:mod:`.quant_out`: what the next sublayer's block-FP8 linear
+  would compute from these rows), in the same launch.
 
 The kernel runs (:func:`hc_boundary_admission`) on CUDA with the small-row statistics kernel
 (:func:`~.hc_mix_stats_plan.rows_kernel_fits`: sm_90+, at least 128 SMs, H = 5120, 1..64 rows,
@@ -46,7 +46,6 @@ from dsv41_kernels.admission import (
     admit,
     check_admission,
     check_float,
-    check_inputs_apart,
     check_int,
     check_tensor,
     invalid,
@@ -69,15 +68,13 @@ from dsv41_kernels.ops.mhc.hc_mix_stats_plan import (
     rows_kernel_tile,
 )
 from dsv41_kernels.ops.mhc.hc_post_combine_norm import validate_post
+from dsv41_kernels.ops.mhc.quant_out import fill_quant_out, no_quant_out, validate_quant_out
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_mix_stats import HC_MIX, HC_MULT
-from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 
 MODULE = "hc_boundary"  # sgl-kernel/csrc/hc_boundary.cu
 KERNEL = "cuda"
 HIDDEN = ROWS_KERNEL_K // HC_MULT  # the kernel's one hidden size
-QUANT_GROUP = 32
-"""The columns of one FP8 group of ``quant_out`` (V4.1's ``[32, 32]`` block-FP8 linears)."""
 
 
 @dataclass(frozen=True)
@@ -180,7 +177,9 @@ def hc_boundary(
         if admission is None:
             admission = hc_boundary_admission(y, residual, post, comb, pre, fn, scale, base, weight)
     if quant_out is not None:
-        _validate_quant_out(quant_out, y, residual, post, comb, pre, fn, scale, base, weight)
+        inputs = dict(y=y, residual=residual, post=post, comb=comb, pre=pre, fn=fn, scale=scale,
+                      base=base, weight=weight)  # fmt: skip
+        validate_quant_out(quant_out, *y.shape, y.device, inputs)
     iters = check_int("iters", iters, low=1, high=MAX_SINKHORN_ITERS)
     rms_eps, eps, post_mult, norm_eps = (
         check_float(name, value)
@@ -194,8 +193,7 @@ def hc_boundary(
             y, residual, post, comb, pre, fn, scale, base, weight, norm_eps, scalars
         )
         if quant_out is not None:
-            for out, value in zip(quant_out, group_quant_ue8m0(normed, QUANT_GROUP)):
-                out.copy_(value)
+            fill_quant_out(quant_out, normed)
         return updated, normed, stats
     m, h = y.shape
     updated = torch.empty((m, HC_MULT, h), dtype=torch.bfloat16, device=y.device)
@@ -204,49 +202,13 @@ def hc_boundary(
              ((HC_MULT,), (HC_MULT,), (HC_MULT, HC_MULT), (HC_MIX,))]  # fmt: skip
     part = torch.empty((m, ROWS_KERNEL_SLICES, HC_MIX + 1), dtype=torch.float32, device=y.device)
     module = load_module(MODULE, cuda_index(y.device))
-    q, q_scales = quant_out if quant_out is not None else _no_quant_out(y.device)
+    q, q_scales = quant_out if quant_out is not None else no_quant_out(y.device, h)
     module.hc_boundary_cuda(
         y, residual, post, comb, pre, weight, fn, scale, base, updated, normed, q, q_scales,
         *stats, part, admission.plan.row_tile, admission.plan.dependent, rms_eps, eps, post_mult,
         norm_eps, iters,
     )  # fmt: skip
     return updated, normed, tuple(stats[:3])
-
-
-def _validate_quant_out(quant_out, y, residual, *others) -> None:
-    """ValueError naming the part of ``quant_out`` that is off (``others``: the other inputs,
-    named as the op's arguments)."""
-    if not isinstance(quant_out, (tuple, list)) or len(quant_out) != 2:
-        raise ValueError("quant_out must be a tuple (q, scales)")
-    m, h = y.shape
-    want = (
-        ("quant_out[0] (q)", (m, h), torch.float8_e4m3fn),
-        ("quant_out[1] (scales)", (m, h // QUANT_GROUP), torch.float32),
-    )
-    for (name, shape, dtype), t in zip(want, quant_out):
-        check_tensor(name, t, dtypes=(dtype,))
-        if tuple(t.shape) != shape or t.device != y.device or not t.is_contiguous():
-            raise ValueError(f"{name} must be {list(shape)}, contiguous, on {y.device}")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start 16-byte aligned")
-    outputs = dict(zip((name for name, _, _ in want), quant_out))
-    names = ("post", "comb", "pre", "fn", "scale", "base", "weight")
-    inputs = {"y": y, "residual": residual, **dict(zip(names, others, strict=True))}
-    check_inputs_apart(outputs, inputs)
-    check_inputs_apart({"quant_out[1] (scales)": quant_out[1]}, {"quant_out[0] (q)": quant_out[0]})
-
-
-_NO_QUANT_OUT: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
-
-
-def _no_quant_out(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's "no FP8 groups": a ``(q, scales)`` without rows (allocated once a device)."""
-    if device not in _NO_QUANT_OUT:
-        _NO_QUANT_OUT[device] = (
-            torch.empty((0, HIDDEN), dtype=torch.float8_e4m3fn, device=device),
-            torch.empty((0, HIDDEN // QUANT_GROUP), dtype=torch.float32, device=device),
-        )
-    return _NO_QUANT_OUT[device]
 
 
 def fallback(y, residual, post, comb, pre, fn, scale, base, weight, norm_eps, scalars):

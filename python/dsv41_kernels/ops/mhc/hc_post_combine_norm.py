@@ -21,7 +21,11 @@ bf16 (the next norm's)):
   ``pre`` and ``weight``: the kernel is hc_combine_norm's own template with the post in front,
   run in the launch shape hc_combine_norm's plan gives the same rows, so it has that kernel's
   bits (batch-invariant: a row's bits depend on the row alone); the fallback runs the post and
-  :func:`~.hc_combine_norm.hc_combine_norm` unfused.
+  :func:`~.hc_combine_norm.hc_combine_norm` unfused;
+- with ``quant_out``, also ``normed``'s e4m3 groups of 32 and their power-of-two scales,
+  **bitwise** SGLang 0.5.23's ``sglang_per_token_group_quant_fp8(normed, 32,
+  scale_ue8m0=True)`` on SM90 (:mod:`.quant_out`), in the same launch: the next sublayer's
+  block-FP8 linear need not quantize its input.
 
 The kernel runs (:func:`hc_post_combine_norm_admission`) where hc_combine_norm runs its CUDA
 kernel (sm_90+, 16-byte aligned rows) with a contiguous residual, unit-stride ``y`` rows and
@@ -46,6 +50,7 @@ from dsv41_kernels.devices import cuda_index
 from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_combine_norm_plan import CUDA_VECTOR, Kernel, make_plan
+from dsv41_kernels.ops.mhc.quant_out import fill_quant_out, no_quant_out, validate_quant_out
 from dsv41_kernels.reference.hc_boundary import sglang_post
 from dsv41_kernels.reference.hc_mix_stats import HC_MULT
 
@@ -120,6 +125,7 @@ def hc_post_combine_norm(
     eps: float = 1e-6,
     *,
     admission: Admission | None = None,
+    quant_out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(updated [m, 4, H] bf16, normed [m, H] bf16)``: the post, then the next sublayer's
     input (see the module).
@@ -129,24 +135,33 @@ def hc_post_combine_norm(
         post, comb: this boundary's triplet (fp32). pre: the next combine's gates (fp32).
         weight: the next norm's weight ``[H]`` bf16. eps: the norm's epsilon.
         admission: this call's :func:`hc_post_combine_norm_admission`, when the caller made it.
+        quant_out: ``(q, scales)`` to fill with ``normed``'s FP8 groups: ``q`` float8_e4m3fn
+            ``[m, H]`` and ``scales`` fp32 ``[m, H / 32]``, contiguous, apart from the inputs.
     """
     admission = check_admission(admission)
     if admission is None or not admission:
         validate_post(y, residual, post, comb, pre, weight)
         if admission is None:
             admission = hc_post_combine_norm_admission(y, residual, post, comb, pre, weight)
+    if quant_out is not None:
+        inputs = dict(y=y, residual=residual, post=post, comb=comb, pre=pre, weight=weight)
+        validate_quant_out(quant_out, *y.shape, y.device, inputs)
     eps = check_float("eps", eps, low=0.0)
     if not admission:
-        return fallback(y, residual, post, comb, pre, weight, eps)
+        updated, normed = fallback(y, residual, post, comb, pre, weight, eps)
+        if quant_out is not None:
+            fill_quant_out(quant_out, normed)
+        return updated, normed
     m, h = y.shape
     updated = torch.empty((m, HC_MULT, h), dtype=torch.bfloat16, device=y.device)
     normed = torch.empty((m, h), dtype=torch.bfloat16, device=y.device)
     if m == 0:
         return updated, normed
     cluster, threads = admission.plan.cuda
+    q, q_scales = quant_out if quant_out is not None else no_quant_out(y.device, h)
     module = load_module(MODULE, cuda_index(y.device))
     module.hc_post_combine_norm_cuda(
-        y, residual, post, comb, pre, weight, updated, normed, eps, cluster, threads
+        y, residual, post, comb, pre, weight, updated, normed, q, q_scales, eps, cluster, threads
     )
     return updated, normed
 
