@@ -39,7 +39,15 @@ import importlib
 from pathlib import Path
 
 import torch
-from common import build_beside, parser, record, report, timed
+from common import (
+    build_beside,
+    groups_exact,
+    parser,
+    record,
+    report,
+    sglang_group_quantizer,
+    timed,
+)
 
 from dsv41_kernels.calibration import callers
 from dsv41_kernels.cases.common import bit_mismatches
@@ -47,6 +55,7 @@ from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm
 from dsv41_kernels.ops.mhc.hc_mix_stats import hc_mix_stats, hc_mix_stats_admission
 from dsv41_kernels.ops.mhc.hc_mix_stats_plan import launched_as
+from dsv41_kernels.ops.mhc.quant_out import empty_quant_out
 
 EPS = 1e-6
 PROBE = Path(__file__).with_name("hc_boundary_probe.cu")
@@ -111,37 +120,18 @@ def measure(m: int, device, layer) -> list[dict]:
     ]
 
 
-def sglang_quantizer():
-    """SGLang's ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)`` (its own function,
-    not the plugin's hook): what the next FP8 linear runs on its input on SM90."""
-    kernels = importlib.import_module("sglang.kernels.ops.quantization.fp8_kernel")
-    quantize = kernels.sglang_per_token_group_quant_fp8
-    quantize = getattr(quantize, "__wrapped__", quantize)
-    return functools.partial(quantize, group_size=32, scale_ue8m0=True)
-
-
-def quant_exact(quant_out, theirs) -> bool:
-    """``quant_out`` is ``theirs`` (SGLang's quantizer's ``(q, scales)``), bit for bit."""
-    q, scales = theirs
-    return bit_mismatches((quant_out[0].view(torch.uint8), quant_out[1]),
-                          (q.view(torch.uint8), scales)) == 0  # fmt: skip
-
-
 def measure_quant(m: int, layer, tensors, sglang_run, why, fused) -> list[dict]:
     """Op ``hc_boundary_quant_fp8``: the boundary, then the next linear's FP8 groups."""
-    quantize = sglang_quantizer()
+    quantize, _ = sglang_group_quantizer()  # SGLang imports: the layer is SGLang's
     y, residual, post, comb, pre = tensors
     nxt = layer.ffn_hc
-    quant_out = (
-        torch.empty(m, 5120, dtype=torch.float8_e4m3fn, device=y.device),
-        torch.empty(m, 160, device=y.device),
-    )
+    quant_out = empty_quant_out(m, 5120, y.device)
 
     def ours():
         return hc_boundary(y, residual, post, comb, pre, nxt.fn, nxt.scale, nxt.base,
                            nxt.norm.weight, norm_eps=EPS, quant_out=quant_out)  # fmt: skip
 
-    exact = quant_exact(quant_out, quantize(ours()[1]))
+    exact = groups_exact(quant_out, quantize(ours()[1]))
     op, shape = "hc_boundary_quant_fp8", f"[{m}, 4, 5120] bf16 -> [{m}, 5120] e4m3"
     sglang = record(op, shape, "sglang-0.5.23", None, error=why)
     if sglang_run is not None:

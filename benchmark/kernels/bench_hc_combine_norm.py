@@ -8,6 +8,11 @@ the consumer takes swizzled MXFP8: Blackwell), ``unfused pair`` (``hc_combine_no
 sm_90+) and ``triton`` (the Triton kernel forced); op ``hc_combine_norm``: ``sglang-0.5.23``
 (SGLang's fused combine+norm, what ``_combine`` runs on Hopper for 1-96 and 4096-65536 rows;
 ``benchmark/call_sites.py`` times ``_combine`` as dispatched at every row count) and ``ours``.
+Op ``hc_combine_norm_quant_fp8``: the combine, then the FP8 groups an SM90 block-FP8 linear
+quantizes its input into (``sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)``):
+``sglang-0.5.23`` (SGLang's fused combine+norm, then its quantizer), ``unfused`` (ours, then
+SGLang's quantizer) and ``ours`` (the groups in our launch, checked bit-equal to SGLang's
+quantizer of our y).
 SGLang's y is not bitwise ours (another reduction order): its records carry ``beyond_1ulp``,
 the elements farther than one bf16 ulp from float64, as ours do. The fused outputs are checked
 bit-equal to the pair first. Issue targets on the H200: ours at least 1.15x SGLang's
@@ -21,7 +26,15 @@ checked first (:mod:`hc_combine_norm_variants`).
 from __future__ import annotations
 
 import torch
-from common import parser, report, sglang_arm, sglang_module, timed
+from common import (
+    groups_exact,
+    parser,
+    report,
+    sglang_arm,
+    sglang_group_quantizer,
+    sglang_module,
+    timed,
+)
 from hc_combine_norm_variants import EPS, shape_of, sweep
 
 from dsv41_kernels.cases.common import bit_mismatches
@@ -37,8 +50,11 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm_mxfp8,
     run_kernel,
 )
+from dsv41_kernels.ops.mhc.quant_out import empty_quant_out
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
+
+SGLANG_COMBINE = "sglang.kernels.ops.layernorm.hc_combine_norm"
 
 
 def measure(m: int, h: int, device) -> list[dict]:
@@ -74,12 +90,36 @@ def measure(m: int, h: int, device) -> list[dict]:
             kernel=kernel,
             beyond_1ulp=ours_error,
         ),
+        *quant_records(x, pre, weight, y, shape, kernel),
     ]
+
+
+def quant_records(x, pre, weight, y, shape, kernel) -> list[dict]:
+    """Op ``hc_combine_norm_quant_fp8`` (the module says what each arm runs)."""
+    op = "hc_combine_norm_quant_fp8"
+    quantize, why = sglang_group_quantizer()
+    kernels, why = (None, why) if quantize is None else sglang_module(SGLANG_COMBINE)
+    sglang = None if kernels is None else kernels.hc_combine_norm
+    if sglang is not None and x.shape[1] != 4 * 5120:
+        sglang, why = None, "SGLang's fused combine takes H = 5120 only"
+    quant_out = empty_quant_out(*y.shape, y.device)
+
+    def ours():
+        return hc_combine_norm(x, pre, weight, EPS, out=y, quant_out=quant_out)
+
+    records = [sglang_arm(op, shape, sglang, why, lambda: quantize(sglang(x, pre, weight, EPS)))]
+    if quantize is not None:
+        exact = groups_exact(quant_out, quantize(ours()))
+        records += [
+            timed(op, shape, "unfused", lambda: quantize(hc_combine_norm(x, pre, weight, EPS))),
+            timed(op, shape, "ours", ours, exact=exact, kernel=kernel),
+        ]
+    return records
 
 
 def sglang_records(x, pre, weight, y64, shape) -> list[dict]:
     """SGLang's own fused kernels on the same input (H = 5120 only, as SGLang admits)."""
-    kernels, why = sglang_module("sglang.kernels.ops.layernorm.hc_combine_norm")
+    kernels, why = sglang_module(SGLANG_COMBINE)
     if kernels is not None and x.shape[1] != 4 * 5120:
         kernels, why = None, "SGLang's fused combine takes H = 5120 only"
     records = []

@@ -39,8 +39,16 @@ import importlib
 import os
 
 import torch
-from bench_hc_boundary import inputs, quant_exact, sglang_quantizer
-from common import parser, record, report, sgl_kernel_rmsnorm, timed
+from bench_hc_boundary import inputs
+from common import (
+    groups_exact,
+    parser,
+    record,
+    report,
+    sgl_kernel_rmsnorm,
+    sglang_group_quantizer,
+    timed,
+)
 
 from dsv41_kernels.calibration import callers
 from dsv41_kernels.calibration.drivers import one_rank_layout
@@ -81,12 +89,12 @@ def measure(m: int, device, layer, mhc) -> list[dict]:
 
     exact = bit_mismatches(fused(), unfused()) == 0
     kernel = hc_post_combine_norm_admission(y, residual, post, comb, pre, weight).kernel
-    quantize, quant_out = sglang_quantizer(), empty_quant_out(m, 5120, device)
+    quantize, quant_out = sglang_group_quantizer()[0], empty_quant_out(m, 5120, device)
 
     def ours_groups():
         return hc_post_combine_norm(y, residual, post, comb, pre, weight, EPS, quant_out=quant_out)
 
-    groups_exact = quant_exact(quant_out, quantize(ours_groups()[1]))
+    exact_groups = groups_exact(quant_out, quantize(ours_groups()[1]))
     quant_op, quant_shape = f"{OP}_quant_fp8", f"{shape} -> [{m}, 5120] e4m3"
     return [
         timed(OP, shape, "sglang-0.5.23", sglang),
@@ -94,7 +102,7 @@ def measure(m: int, device, layer, mhc) -> list[dict]:
         timed(OP, shape, "ours", fused, exact=exact, kernel=kernel),
         timed(quant_op, quant_shape, "sglang-0.5.23", lambda: quantize(sglang()[1])),
         timed(quant_op, quant_shape, "unfused", lambda: quantize(fused()[1])),
-        timed(quant_op, quant_shape, "ours", ours_groups, exact=groups_exact, kernel=kernel),
+        timed(quant_op, quant_shape, "ours", ours_groups, exact=exact_groups, kernel=kernel),
     ]
 
 

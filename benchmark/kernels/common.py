@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import importlib
 import json
 import sys
@@ -160,6 +161,26 @@ def sgl_kernel_rmsnorm(device_index: int = 0):
         yield
     finally:
         layernorm.rmsnorm = stand_in
+
+
+def sglang_group_quantizer():
+    """``(quantize, None)``: SGLang's own ``sglang_per_token_group_quant_fp8(x, 32,
+    scale_ue8m0=True)`` (not the plugin's hook), what an SM90 block-FP8 linear runs on its
+    input, returning ``(q, scales)``; or ``(None, why)`` where SGLang does not import."""
+    kernels, why = sglang_module("sglang.kernels.ops.quantization.fp8_kernel")
+    if kernels is None:
+        return None, why
+    quantize = kernels.sglang_per_token_group_quant_fp8
+    quantize = getattr(quantize, "__wrapped__", quantize)
+    return functools.partial(quantize, group_size=32, scale_ue8m0=True), None
+
+
+def groups_exact(quant_out, theirs) -> bool:
+    """``quant_out`` is ``theirs`` (SGLang's quantizer's ``(q, scales)``), bit for bit."""
+    from dsv41_kernels.cases.common import bit_mismatches
+
+    ours = (quant_out[0].view(torch.uint8), quant_out[1])
+    return bit_mismatches(ours, (theirs[0].view(torch.uint8), theirs[1])) == 0
 
 
 def sglang_arm(op: str, shape: str, fn, why: str | None, run, **fields) -> dict:

@@ -24,6 +24,7 @@ from dsv41_kernels.cases.hc_combine_norm import (
 from dsv41_kernels.jit import load_module
 from dsv41_kernels.ops.mhc.hc_combine_norm import hc_combine_norm_admission, run_kernel
 from dsv41_kernels.ops.mhc.hc_combine_norm_plan import DEFAULT_VARIANT, Kernel, KernelVariant
+from dsv41_kernels.ops.mhc.quant_out import no_quant_out
 from dsv41_kernels.ops.quantization.mxfp8_quantize import mxfp8_quantize
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.mxfp8_quantize import mxfp8_quantize as reference_mxfp8_quantize
@@ -89,14 +90,17 @@ def cuda_sweep(h: int, device) -> list[dict]:
         y_alone = torch.empty(m, h, dtype=torch.bfloat16, device=device)
         y, quantized = mxfp8_outputs(m, h, device)
         data = quantized.data.view(torch.uint8)
+        groups = no_quant_out(device, h)
         for cluster, threads in SWEEP_CUDA_SHAPES:
 
             def combine_norm(c=cluster, t=threads):
-                module.hc_combine_norm_cuda(x, pre, weight, y_alone, y, y, EPS, False, c, t)
+                module.hc_combine_norm_cuda(
+                    x, pre, weight, y_alone, y, y, *groups, EPS, False, c, t
+                )
 
             def fused(c=cluster, t=threads):
                 module.hc_combine_norm_cuda(
-                    x, pre, weight, y, data, quantized.scales, EPS, True, c, t
+                    x, pre, weight, y, data, quantized.scales, *groups, EPS, True, c, t
                 )
 
             try:

@@ -1,4 +1,5 @@
-// mHC combine + RMSNorm (and optionally its MXFP8 quantization), one row per thread-block cluster.
+// mHC combine + RMSNorm (and optionally its MXFP8 quantization or its FP8 groups), one row per
+// thread-block cluster.
 //
 // Why: at decode sizes (m = 1..128 rows, H = 5120) the Triton kernel, one CTA per row, is bound by
 // instruction issue (about 1300 SASS instructions a thread for 20 values). Here a row is split
@@ -90,17 +91,26 @@ Params checked_params(const TensorView& x, const TensorView& pre, const TensorVi
 
 // x bf16 [m, 4H], pre fp32 [m, 4], weight bf16 [H] contiguous -> y bf16 [m, H]; with quantize
 // also data (1-byte view of e4m3) [m, H] and scales (1-byte, rup(m,128)·rup(H/32,4), 128x4
-// swizzled). data and scales are not read without quantize. The launch shape: cluster CTAs a row
+// swizzled). data and scales are not read without quantize. q (1-byte view of e4m3) [m, H] and
+// q_scales fp32 [m, H / 32], contiguous, q 16-byte aligned: y's FP8 groups of 32 and their
+// power-of-two scales (SGLang's per-token-group quantizer with scale_ue8m0, of the stored y),
+// or both with no rows: not written; not with quantize. The launch shape: cluster CTAs a row
 // (1, 2 or 4; H % (32·cluster) == 0) of threads threads (a multiple of 32 up to 1024, at most 5
 // vectors of 8 columns a thread), chosen by the caller (hc_combine_norm_plan.py); y's bits depend
 // on it, never on m.
 void hc_combine_norm_cuda(TensorView x, TensorView pre, TensorView weight, TensorView y,
-                          TensorView data, TensorView scales, double eps, bool quantize,
-                          int64_t cluster, int64_t threads) {
-  const Params p = checked_params(x, pre, weight, y, data, scales, eps, quantize, cluster);
+                          TensorView data, TensorView scales, TensorView q, TensorView q_scales,
+                          double eps, bool quantize, int64_t cluster, int64_t threads) {
+  Params p = checked_params(x, pre, weight, y, data, scales, eps, quantize, cluster);
   const int device = x.device().device_id;
+  const bool groups = groups_params(p, q, q_scales, device);
+  if (quantize && groups) {
+    TVM_FFI_THROW(ValueError) << "quantize (MXFP8) and q (FP8 groups): one epilogue a launch";
+  }
   if (quantize) {
     run_checked<Epilogue::kMxfp8, /*POST=*/false>(p, device, cluster, threads);
+  } else if (groups) {
+    run_checked<Epilogue::kGroups, /*POST=*/false>(p, device, cluster, threads);
   } else {
     run_checked<Epilogue::kNone, /*POST=*/false>(p, device, cluster, threads);
   }

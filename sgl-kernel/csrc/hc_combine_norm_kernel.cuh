@@ -393,6 +393,23 @@ inline Params common_params(const char* what, int64_t m, int64_t h, int device,
   return p;
 }
 
+// The FP8 groups' outputs (Epilogue::kGroups) into p, whose rows and H are set: q [rows, H]
+// (1-byte, contiguous, 16-byte aligned) and q_scales fp32 [rows, H / 32] (contiguous), or both
+// with no rows: no groups (returns false). ValueError naming the one that is off.
+inline bool groups_params(Params& p, const tvm::ffi::TensorView& q,
+                          const tvm::ffi::TensorView& q_scales, int device) {
+  const bool groups = q.ndim() != 2 || q.size(0) != 0;
+  const int64_t rows = groups ? p.rows : 0;
+  check_tensor(q, "q", {rows, p.h}, {kByte}, device, Layout::kContiguous, 16);
+  check_tensor(q_scales, "q_scales", {rows, p.cols}, {kFloat32}, device, Layout::kContiguous);
+  if (groups) {
+    p.data = data_as<uint8_t>(q);
+    p.data_row_stride = p.h;
+    p.group_scales = data_as<float>(q_scales);
+  }
+  return groups;
+}
+
 // Checks the launch shape against the row (ValueError) and launches on tvm-ffi's stream for
 // `device`.
 template <Epilogue E, bool POST>

@@ -41,8 +41,7 @@ using tvm::ffi::TensorView;
 Params checked_params(const TensorView& sublayer, const TensorView& residual,
                       const TensorView& post_mix, const TensorView& comb, const TensorView& pre,
                       const TensorView& weight, const TensorView& updated, const TensorView& normed,
-                      const TensorView& q, const TensorView& q_scales, bool quantize, double eps,
-                      int64_t cluster) {
+                      double eps, int64_t cluster) {
   check_tensor(residual, "residual", {kAnySize, kStreams, kAnySize}, {kBfloat16}, kAnyDevice,
                Layout::kContiguous, 16);
   const int64_t m = residual.size(0), h = residual.size(2);
@@ -58,12 +57,6 @@ Params checked_params(const TensorView& sublayer, const TensorView& residual,
   p.comb = data_as<const float>(comb);
   p.updated = data_as<uint16_t>(updated);
   p.sublayer_row_stride = sublayer.stride(0);
-  const int64_t q_rows = quantize ? m : 0;
-  check_tensor(q, "q", {q_rows, h}, {kByte}, device, Layout::kContiguous, 16);
-  check_tensor(q_scales, "q_scales", {q_rows, h / kBlock}, {kFloat32}, device, Layout::kContiguous);
-  p.data = data_as<uint8_t>(q);
-  p.data_row_stride = h;
-  p.group_scales = data_as<float>(q_scales);
   return p;
 }
 
@@ -79,11 +72,10 @@ void hc_post_combine_norm_cuda(TensorView sublayer, TensorView residual, TensorV
                                TensorView comb, TensorView pre, TensorView weight,
                                TensorView updated, TensorView normed, TensorView q,
                                TensorView q_scales, double eps, int64_t cluster, int64_t threads) {
-  const bool quantize = q.ndim() != 2 || q.size(0) != 0;
-  const Params p = checked_params(sublayer, residual, post_mix, comb, pre, weight, updated, normed,
-                                  q, q_scales, quantize, eps, cluster);
+  Params p = checked_params(sublayer, residual, post_mix, comb, pre, weight, updated, normed, eps,
+                            cluster);
   const int device = residual.device().device_id;
-  if (quantize) {
+  if (groups_params(p, q, q_scales, device)) {
     run_checked<Epilogue::kGroups, /*POST=*/true>(p, device, cluster, threads);
   } else {
     run_checked<Epilogue::kNone, /*POST=*/true>(p, device, cluster, threads);

@@ -213,15 +213,15 @@ def test_declines_where_our_statistics_or_combine_would_not_run(plugin, monkeypa
 
 
 def test_the_overlap_mark_is_reset_when_the_post_raises(plugin):
-    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+    from dsv41_kernels.sglang_plugin import posts
 
     def raising(*args, **kwargs):
-        assert hook._stats_beside_sublayer.get()
+        assert posts.stats_beside_sublayer()
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
-        hook.run_post_hook(raising, stats_stream=object())
-    assert not hook._stats_beside_sublayer.get()
+        posts.post_hook(raising, stats_stream=object())
+    assert not posts.stats_beside_sublayer()
 
 
 @pytest.fixture

@@ -18,7 +18,13 @@ SITE_TARGETS = {
         "sglang.kernels.ops.speculative.dspark.dspark_accept.accept_greedy_triton",
     ),
     "moe_fused_gate": ("sglang.srt.multimodal.dsv41.vl_routing.vision_topk",),
-    "hc_combine_norm": ("sglang.srt.models.deepseek_v4_mhc._combine",),
+    "hc_combine_norm": (
+        "sglang.srt.models.deepseek_v4_mhc._combine",
+        "sglang.srt.models.deepseek_v4_mhc.run_attn_post",  # shared with hc_boundary
+        "sglang.srt.models.deepseek_v4_mhc.run_moe_post",
+        "sglang.srt.models.deepseek_v4_mhc.post",
+        "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",
+    ),
     "decoding_sched_meta": (
         "sglang.srt.layers.attention.deepseek_v4_backend._maybe_precompute_flashmla_sched_meta",
     ),
@@ -35,6 +41,7 @@ SITE_TARGETS = {
         "sglang.srt.models.deepseek_v4_mhc._post_fusion",
         "sglang.srt.models.deepseek_v4_mhc.run_attn_post",
         "sglang.srt.models.deepseek_v4_mhc.run_moe_post",
+        "sglang.srt.models.deepseek_v4_mhc.post",
         "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8",  # shared, registered once
     ),
     "hc_stats_stream": ("sglang.srt.models.deepseek_v4_mhc.use_stats_stream",),
@@ -136,6 +143,7 @@ def test_call_sites_bind_our_hooks(plugin):
         ("moe_fused_gate, decoding_sched_meta", {"moe_fused_gate", "decoding_sched_meta"}),
         ("HC_COMBINE_NORM,hc_mix_stats", {"hc_combine_norm", "hc_mix_stats"}),
         ("inverse_rope_quant_fp8", {"inverse_rope_quant_fp8"}),
+        ("hc_boundary", {"hc_boundary"}),  # the posts' hooks stay for hc_combine_norm
         ("sharded_accept_greedy", {"sharded_accept_greedy"}),
         ("all", set(SITE_TARGETS)),
         # the names the switches had before: aliases of the op names

@@ -176,7 +176,9 @@ def argmax_cases(device) -> list[Case]:
 def mhc_cases(device, site: str) -> list[Case]:
     """``deepseek_v4_mhc.mix_stats`` (``site`` ``hc_mix_stats``) or ``combine`` (else) of a V4.1
     decoder layer's attention hyper-connection on random bf16 ``[rows, 4, 5120]`` residuals
-    (and, for the combine, ``pre`` weights in [0.1, 1.1))."""
+    (and, for the combine, ``pre`` weights in [0.1, 1.1)); for ``hc_combine_norm_quant_fp8``
+    the combine and then the attention's first linear's input quantization
+    (:func:`_then_quantized`)."""
     layer = functools.cache(
         lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     )
@@ -189,17 +191,18 @@ def mhc_cases(device, site: str) -> list[Case]:
         if site == "hc_mix_stats":
             return lambda: mhc.mix_stats(hc, x)
         pre = torch.rand(rows, 4, generator=gen, device=device) + 0.1
-        return lambda: mhc.combine(hc, mhc.HcState(x, pre))
+        run = lambda: mhc.combine(hc, mhc.HcState(x, pre))  # noqa: E731
+        return _then_quantized(run) if quantized else run
 
+    quantized = site == "hc_combine_norm_quant_fp8"
     sglang = ((MHC, ("_mix_stats_impl",) if site == "hc_mix_stats" else ("_combine",)),)
-    return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in MHC_ROWS]
+    return _residual_cases(site, sglang, build, MHC_ROWS, quantized=quantized)
 
 
 def _boundary_at(v41, rows: int, device, *, into_attention: bool = False):
-    """``(mhc, y, residual, gen, boundary, consumer)`` for one boundary of ``rows`` random bf16
-    rows: the sublayer's output, the streams it joins, the generator that drew them, and the
-    consumer's ``HcNextBoundary`` and hyper-connection (the FFN's and its norm, or with
-    ``into_attention`` the attention's and ``input_layernorm``)."""
+    """``(mhc, y, residual, gen, boundary, consumer)`` of one boundary of ``rows`` random rows:
+    the sublayer's output, the streams it joins, their generator, and the consumer's boundary and
+    hyper-connection (the FFN's, or with ``into_attention`` the attention's)."""
     mhc = importlib.import_module(MHC)
     gen = torch.Generator(device).manual_seed(rows)
     draw = lambda *shape: torch.randn(*shape, generator=gen, device=device, dtype=torch.bfloat16)
@@ -233,10 +236,9 @@ def _chained_boundary(v41, rows: int, device, *, into_attention: bool = False):
 
 
 def _then_quantized(run):
-    """``run`` (a boundary into an attention sublayer), then what its ``wqkv_a`` block-FP8
-    linear does first on SM90: ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)``
-    through ``fp8_utils``' binding. SGLang's arm launches the quantizer; ours writes the groups
-    in the boundary's launch, and the call returns them."""
+    """``run`` (rows into an attention), then its ``wqkv_a`` block-FP8 linear's first step on
+    SM90, ``sglang_per_token_group_quant_fp8(x, 32, scale_ue8m0=True)`` through ``fp8_utils``:
+    SGLang's arm launches the quantizer; ours wrote the groups in its launch, and gets them."""
     fp8_utils = importlib.import_module(FP8_UTILS)
 
     def quantized():
@@ -257,9 +259,8 @@ def boundary_cases(device, *, quantized: bool = False) -> list[Case]:
     as it does in a forward, and runs the boundary in one launch. ``quantized``: into the
     attention, then its first linear's input quantization (:func:`_then_quantized`).
 
-    The call runs with one rank's parallel layout stated (no context parallelism): past 64
-    rows SGLang's post asks whether prefill context parallelism interleaves, which a server
-    has published and a lone process has not."""
+    Under :func:`one_rank_layout` (no context parallelism): past 64 rows SGLang's post asks
+    whether prefill context parallelism interleaves, which a lone process has not published."""
     layer = functools.cache(
         lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     )
@@ -270,8 +271,7 @@ def boundary_cases(device, *, quantized: bool = False) -> list[Case]:
 
     sglang = ((MHC, ("_mix_stats_impl", "_combine", "_post_fusion")),)
     site = "hc_boundary_quant_fp8" if quantized else "hc_boundary"
-    sglang += ((FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),) if quantized else ()
-    return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in BOUNDARY_ROWS]
+    return _residual_cases(site, sglang, build, BOUNDARY_ROWS, quantized=quantized)
 
 
 def post_combine_norm_cases(device, *, quantized: bool = False) -> list[Case]:
@@ -280,8 +280,7 @@ def post_combine_norm_cases(device, *, quantized: bool = False) -> list[Case]:
     the consumer's ``HcNextBoundary``, then the consumer's ``combine``, on random bf16
     ``[rows, 4, 5120]`` residuals. The triplet comes precomputed (what the stream delivers at
     the join), so both arms time the post and the combine: SGLang's two launches, or ours in
-    one. ``quantized``: into the attention, then its first linear's input quantization
-    (:func:`_then_quantized`). Under :func:`one_rank_layout`, as :func:`boundary_cases`."""
+    one; ``quantized`` as :func:`boundary_cases`'s. Under :func:`one_rank_layout`."""
     layer = functools.cache(
         lambda: callers.v41_decoder_layer(torch.Generator().manual_seed(0), device)
     )
@@ -311,10 +310,14 @@ def post_combine_norm_cases(device, *, quantized: bool = False) -> list[Case]:
 
     sglang = ((MHC, ("_combine", "_post_fusion")),)
     site = "hc_post_combine_norm_quant_fp8" if quantized else "hc_post_combine_norm"
+    return _residual_cases(site, sglang, build, POST_COMBINE_NORM_ROWS, quantized=quantized)
+
+
+def _residual_cases(site: str, sglang, build, rows, *, quantized: bool) -> list[Case]:
+    """``site``'s cases on random bf16 ``[r, 4, 5120]`` residuals for each ``r`` of ``rows``;
+    ``quantized``: SGLang's arm puts its FP8 group quantizer back too."""
     sglang += ((FP8_UTILS, ("sglang_per_token_group_quant_fp8",)),) if quantized else ()
-    return [
-        Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in POST_COMBINE_NORM_ROWS
-    ]
+    return [Case(site, f"[{r}, 4, 5120] bf16", r, sglang, _at(build, r)) for r in rows]
 
 
 def one_rank_layout():
@@ -413,6 +416,10 @@ SITES = {
     ),
     "hc_combine_norm": Driver(
         "deepseek_v4_mhc.combine", functools.partial(mhc_cases, site="hc_combine_norm")
+    ),
+    "hc_combine_norm_quant_fp8": Driver(
+        "deepseek_v4_mhc.combine + wqkv_a's input quantization",
+        functools.partial(mhc_cases, site="hc_combine_norm_quant_fp8"),
     ),
     "hc_boundary": Driver("deepseek_v4_mhc.run_attn_post + combine", boundary_cases),
     "hc_post_combine_norm": Driver(

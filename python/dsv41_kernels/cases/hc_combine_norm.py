@@ -22,10 +22,12 @@ from dsv41_kernels.ops.mhc.hc_combine_norm_plan import (
     KernelVariant,
     epilogue_writes,
 )
+from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.hc_mix_stats import HC_MULT
 from dsv41_kernels.reference.mxfp8_quantize import scale_buffer_size
+from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 
 OPS = ("hc_combine_norm", "hc_combine_norm_mxfp8")
 """The op names this module's cases check (``dsv41-kernels check --ops``)."""
@@ -116,4 +118,21 @@ def check_cases(device: torch.device, small: bool) -> list[CheckCase]:
                 baseline=lambda a=args: unfused(*a),
             )
         )
+        q = empty_quant_out(m, h, device)
+        cases.append(
+            CheckCase(
+                op="hc_combine_norm",
+                shape=f"[{m}, 4x{h}] bf16, FP8 groups of {QUANT_GROUP} vs SGLang's quantizer of y",
+                admission=hc_combine_norm_admission(x, pre, weight),
+                run=lambda a=args, q=q: (hc_combine_norm(*a, quant_out=q), *q),
+                reference=lambda a=args: with_groups(hc_combine_norm(*a)),
+                mismatches=bit_mismatches,
+                baseline=lambda a=args: with_groups(hc_combine_norm(*a)),
+            )
+        )
     return cases
+
+
+def with_groups(y: torch.Tensor) -> tuple:
+    """``y`` and SGLang's quantizer of it (:mod:`~dsv41_kernels.ops.mhc.quant_out`)."""
+    return (y, *group_quant_ue8m0(y, QUANT_GROUP))

@@ -9,7 +9,8 @@ dsv41-kernels that imports SGLang.
 
 Call sites, each switched by the name of the op it puts there (the hooks' module has the same
 name): ``accept_greedy`` (DSpark's greedy accept), ``moe_fused_gate`` (vision routing),
-``hc_combine_norm`` (mHC combine+norm with the MXFP8 epilogue), ``decoding_sched_meta``
+``hc_combine_norm`` (mHC combine+norm with the MXFP8 epilogue; on SM90 also the next FP8
+linear's input groups in its launch: ``hc_combine_norm_quant_fp8``), ``decoding_sched_meta``
 (FlashMLA scheduler metadata), ``hc_mix_stats`` (mHC mixing statistics and their derived
 weights), ``inverse_rope_quant_fp8`` (the attention output's inverse RoPE and FP8 quantization
 before the FP8 ``wo_a`` on Hopper), ``hc_boundary`` (the mHC post with the next statistics and

@@ -1,23 +1,24 @@
 """SGLang's FP8 per-token-group quantizer (``sglang_per_token_group_quant_fp8``), answered with
 a result one of our launches already made.
 
-Two call sites compute, in a launch of their own op, the quantization SGLang runs next:
+Three call sites compute, in a launch of their own op, the quantization SGLang runs next:
 - ``inverse_rope_quant_fp8`` quantizes the attention output with its inverse RoPE; the
   quantizer call that follows in ``MQALayer.forward`` takes that result (:func:`keep_for_next`,
   one call);
 - ``hc_boundary`` (either form: with the statistics, or without them where they run on the
-  stats stream) quantizes the next sublayer's normed input in the boundary's launch and pins
-  the pair to those rows until the next post (:func:`pin`); an FP8 linear that reads them (on
-  SM90 the attention's ``wqkv_a`` and the shared expert's ``gate_up_proj``:
-  ``deepgemm_w8a8_block_fp8_linear_with_fallback`` calls
+  stats stream) and ``hc_combine_norm`` (at a seam the boundary left unfused) quantize the next
+  sublayer's normed input in their launch and pin the pair to those rows until the next post
+  (:func:`pin`, where :func:`groups_admission` admits; :mod:`.posts` unpins); an FP8 linear
+  that reads them (on SM90 the attention's ``wqkv_a`` and the shared expert's
+  ``gate_up_proj``: ``deepgemm_w8a8_block_fp8_linear_with_fallback`` calls
   ``sglang_per_token_group_quant_fp8(x.view(-1, K), 32, scale_ue8m0=True)``) gets the pair
   instead of a launch, when its call asks for exactly that quantization of exactly those
   unmodified rows.
 
 SGLang's registry rewrites every binding of the function (``deepseek_v4``'s, ``fp8_utils``'
 for every FP8 linear, the kernel module's own), so one AROUND hook (:func:`quant_hook`) sees
-every call; both call sites list it, and the plugin registers a hook once. A call neither
-result answers goes to SGLang's function, uncounted.
+every call; each call site lists it, and the plugin registers a hook once. A call no result
+answers goes to SGLang's function, uncounted.
 """
 
 from __future__ import annotations
@@ -29,17 +30,20 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from sglang.kernels.ops.quantization import fp8_kernel
 from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
 from sglang.srt.plugins.hook_registry import HookType
+from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, admit, refuse
+from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP
 from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 TARGET = "sglang.srt.models.deepseek_v4.sglang_per_token_group_quant_fp8"
-PINNED_HOOK = "hc_boundary_quant_fp8.sglang_per_token_group_quant_fp8"
-POST_PINNED_HOOK = "hc_post_combine_norm_quant_fp8.sglang_per_token_group_quant_fp8"
-"""The fire-count names of a quantizer call answered with the groups of the fused boundary and
-of the boundary without statistics."""
+PINNED = "sglang_per_token_group_quant_fp8"
+"""A quantizer call answered with pinned groups is counted as ``<site>.`` this, ``site`` the
+policy site of the launch that made them (:func:`pin`)."""
 _SIGNATURE = inspect.signature(sglang_per_token_group_quant_fp8)
 AMAX_FLOOR = 1e-10
 """The quantizer's default ``eps``, the floor our kernels apply (fp8_kernel.py:492)."""
@@ -75,7 +79,7 @@ class Kept:
 
 @dataclass(frozen=True)
 class Pinned:
-    """The e4m3 groups of the rows a boundary launch normed and their power-of-two scales, as
+    """The e4m3 groups of the rows a launch of ours normed and their power-of-two scales, as
     SGLang's ``sglang_per_token_group_quant_fp8(rows, group, scale_ue8m0=True)`` returns them,
     the version counters of the rows, ``q`` and ``scales`` then (a torch in-place write since
     makes them stale), and the name a call they answer is counted under."""
@@ -99,7 +103,7 @@ class Pinned:
         differ = differing(arguments, group_size=self.group, scale_ue8m0=True)
         if differ:
             return refuse(f"another quantization of our rows ({', '.join(differ)})")
-        return admit("pinned", "the groups the boundary's launch made of these rows")
+        return admit("pinned", "the groups our launch made of these rows")
 
 
 @dataclass
@@ -107,7 +111,7 @@ class Slots:
     pending: Kept | None = None
     """The result the next quantizer call is offered (``inverse_rope_quant_fp8``'s)."""
     pinned: Pinned | None = None
-    """The groups of the rows the latest boundary normed, until the next post begins."""
+    """The groups of the rows our latest launch normed, until the next post begins."""
 
 
 _slots = Slots()
@@ -122,14 +126,29 @@ def _versions(*tensors: torch.Tensor) -> tuple[int, ...]:
     return tuple(t._version for t in tensors)
 
 
-def pin(
-    rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int, hook: str = PINNED_HOOK
-) -> None:
+def groups_admission(rows: torch.Tensor, site: str) -> Admission:
+    """Whether a launch of policy ``site`` that norms ``rows`` for the next sublayer also writes
+    their FP8 groups for its block-FP8 linear, to :func:`pin` (pure: the platform, SGLang's FP8
+    dtype, torch's inference mode, the policy)."""
+    if not get_platform().is_sm90:
+        return refuse("not SM90: SGLang's FP8 linears quantize their bf16 input otherwise")
+    if fp8_kernel.fp8_dtype != torch.float8_e4m3fn:
+        return refuse(f"SGLang quantizes to {fp8_kernel.fp8_dtype} here")
+    if torch.is_inference_mode_enabled() or rows.is_inference():
+        return refuse("torch inference mode: its tensors keep no version counter to pin against")
+    slower = policy_refusal(site, rows)
+    if slower is not None:
+        return slower
+    return admit("pinned", f"e4m3 groups of {QUANT_GROUP} with power-of-two scales")
+
+
+def pin(rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int, site: str) -> None:
     """Pin ``(q, scales)``, the groups of ``group`` columns of ``rows`` (a tensor that is not a
-    view, outside inference mode: its tensors keep no version counter), for the quantizer calls
-    that read ``rows``, until :func:`unpin`; those calls are counted under ``hook``."""
+    view, outside inference mode: its tensors keep no version counter) that a launch of policy
+    ``site`` made, for the quantizer calls that read ``rows``, until :func:`unpin`; those calls
+    are counted as ``<site>.sglang_per_token_group_quant_fp8``."""
     versions = _versions(rows, q, scales)
-    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, versions, hook)
+    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, versions, f"{site}.{PINNED}")
 
 
 def unpin() -> None:

@@ -19,8 +19,8 @@ back on it. There the hook takes the boundary without them instead
 (:func:`dsv41_kernels.hc_post_combine_norm`: the post and the next combine + RMSNorm in one
 launch, counted as ``hc_post_combine_norm._post_fusion``, its own policy site) and returns
 ``HcState(updated, pre, HcNormed(normed))``: the next post computes its statistics on the
-stream as SGLang does. ``run_attn_post`` and ``run_moe_post`` are hooked only to say, for the
-post they run, whether SGLang gave them that stream.
+stream as SGLang does. ``run_attn_post`` and ``run_moe_post`` are hooked (:mod:`.posts`) only
+to say, for the post they run, whether SGLang gave them that stream.
 
 Both forms decline (SGLang's ``_post_fusion`` runs) where the seam is closed (no ``next``) or
 SGLang fuses it itself (its mega boundary), where SGLang's post is not the split-H fma chain
@@ -56,24 +56,21 @@ stream).
 
 from __future__ import annotations
 
-import contextvars
-
-import torch
-from sglang.kernels.ops.quantization import fp8_kernel
 from sglang.srt.batch_invariant_ops import is_batch_invariant_mode_enabled
 from sglang.srt.environ import envs
 from sglang.srt.models import deepseek_v4_mhc as mhc
 from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_platform
 
-from dsv41_kernels.admission import Admission, admit, refuse
+from dsv41_kernels.admission import Admission, refuse
 from dsv41_kernels.ops.mhc.hc_boundary import hc_boundary, hc_boundary_admission
 from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
 from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
-from dsv41_kernels.sglang_plugin import dispatch, group_quant, parts
+from dsv41_kernels.sglang_plugin import dispatch, group_quant, parts, posts
+from dsv41_kernels.sglang_plugin.group_quant import groups_admission
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
@@ -88,22 +85,6 @@ HOOK = "hc_boundary._post_fusion"
 POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
 QUANT_SITE = "hc_boundary_quant_fp8"
 POST_QUANT_SITE = "hc_post_combine_norm_quant_fp8"
-
-# Whether the post now running was given SGLang's stats stream (set around run_*_post).
-_stats_beside_sublayer = contextvars.ContextVar("dsv41_stats_beside_sublayer", default=False)
-
-
-def run_post_hook(original, *args, **kwargs):
-    """AROUND ``run_attn_post`` / ``run_moe_post``: SGLang's function, with the post it runs told
-    whether SGLang overlaps the statistics (a ``stats_stream`` given). The sublayer has returned
-    by then: the FP8 groups pinned to its input rows are dropped (:func:`.group_quant.unpin`)
-    before this post pins the next ones."""
-    group_quant.unpin()
-    token = _stats_beside_sublayer.set(kwargs.get("stats_stream") is not None)
-    try:
-        return original(*args, **kwargs)
-    finally:
-        _stats_beside_sublayer.reset(token)
 
 
 def seam_refusal(hc, residual, next) -> Admission | None:
@@ -189,22 +170,6 @@ def sglang_post_is_split_h(cfg, rows: int) -> bool:
     return platform.is_sm90 and tilelang and not envs.SGLANG_OPT_USE_FLASHINFER_MHC.get()
 
 
-def groups_admission(y, site: str) -> Admission:
-    """Whether a boundary form (its policy ``site``: :data:`QUANT_SITE` or
-    :data:`POST_QUANT_SITE`) also writes the FP8 groups of its normed rows for the next
-    sublayer's block-FP8 linear (pure: the platform, SGLang's FP8 dtype, the policy)."""
-    if not get_platform().is_sm90:
-        return refuse("not SM90: SGLang's FP8 linears quantize their bf16 input otherwise")
-    if fp8_kernel.fp8_dtype != torch.float8_e4m3fn:
-        return refuse(f"SGLang quantizes to {fp8_kernel.fp8_dtype} here")
-    if torch.is_inference_mode_enabled() or y.is_inference():
-        return refuse("torch inference mode: its tensors keep no version counter to pin against")
-    slower = policy_refusal(site, y)
-    if slower is not None:
-        return slower
-    return admit("pinned", f"e4m3 groups of {QUANT_GROUP} with power-of-two scales")
-
-
 def parts_refusal(rows) -> Admission | None:
     """The refusal when our statistics or combine would not be what runs at an unfused seam
     (the fused boundary produces their bits, and seams it declines run theirs)."""
@@ -213,7 +178,7 @@ def parts_refusal(rows) -> Admission | None:
 
 def post_fusion_hook(original, hc, y, residual, coefficients, next):
     sglang = lambda: original(hc, y, residual, coefficients, next)
-    if _stats_beside_sublayer.get():
+    if posts.stats_beside_sublayer():
         admission = post_combine_norm_admission(hc, y, residual, coefficients, next)
         ours = lambda: _post_combine_norm(y, residual, coefficients, next, admission)
         return dispatch.run(POST_COMBINE_NORM_HOOK, admission, ours, sglang, replicated=True)
@@ -239,7 +204,7 @@ def _boundary(hc, y, residual, coefficients, next, admission):
         admission=admission, quant_out=quant_out,
     )  # fmt: skip
     if quant_out is not None:
-        group_quant.pin(normed, *quant_out, QUANT_GROUP)
+        group_quant.pin(normed, *quant_out, QUANT_GROUP, QUANT_SITE)
     # `pre` stays this boundary's: SGLang's lag (the last combine and Engram layers read it).
     return mhc.HcState(updated, pre, mhc.HcNormed(normed), stats)
 
@@ -253,17 +218,12 @@ def _post_combine_norm(y, residual, coefficients, next, admission):
         admission=admission, quant_out=quant_out,
     )  # fmt: skip
     if quant_out is not None:
-        group_quant.pin(normed, *quant_out, QUANT_GROUP, group_quant.POST_PINNED_HOOK)
+        group_quant.pin(normed, *quant_out, QUANT_GROUP, POST_QUANT_SITE)
     # No statistics: the next post computes them on SGLang's stats stream, as it would.
     return mhc.HcState(updated, pre, mhc.HcNormed(normed))
 
 
-HOOKS = (
-    (_TARGET, post_fusion_hook, HookType.AROUND),
-    ("sglang.srt.models.deepseek_v4_mhc.run_attn_post", run_post_hook, HookType.AROUND),
-    ("sglang.srt.models.deepseek_v4_mhc.run_moe_post", run_post_hook, HookType.AROUND),
-    group_quant.HOOK,
-)
+HOOKS = ((_TARGET, post_fusion_hook, HookType.AROUND), *posts.HOOKS, group_quant.HOOK)
 REQUIRES = (
     "sglang.srt.models.deepseek_v4_mhc.HcNormed",
     "sglang.srt.models.deepseek_v4_mhc._can_use_mega_mhc",

@@ -12,6 +12,14 @@ device generation (SGLang fuses it only on Blackwell, and on Hopper for some row
 Our combine+norm is batch-invariant with a fixed reduction order; it equals SGLang's within
 one bf16 ulp per element (the sum of squares is ordered differently), and the fused MXFP8
 outputs equal our quantizer applied to our ``y`` bit for bit.
+
+On SM90 the consumer's first block-FP8 linear (the attention's ``wqkv_a``, the FFN's
+shared-expert ``gate_up_proj``) quantizes ``y`` in a launch of its own
+(``sglang_per_token_group_quant_fp8(y, 32, scale_ue8m0=True)``). Where the policy measured it
+faster (site ``hc_combine_norm_quant_fp8``, under this switch), ours writes those groups in the
+combine's launch and pins them to ``y`` (:mod:`.group_quant`, as the boundary hooks do at the
+seams they fuse); the linear's quantizer call returns them, and the next post drops them
+(:mod:`.posts`).
 """
 
 from __future__ import annotations
@@ -26,10 +34,12 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
 )
-from dsv41_kernels.sglang_plugin import dispatch
+from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
+from dsv41_kernels.sglang_plugin import dispatch, group_quant, posts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._combine"
+QUANT_SITE = "hc_combine_norm_quant_fp8"
 MAX_QUANTIZED_ROWS = 128
 """Rows up to which SGLang 0.5.23 hands a pre-quantized input to the projection; above it the
 consumer quantizes for itself, and we keep that contract."""
@@ -71,11 +81,18 @@ def _combine(hc, state, quantized, admission):
     x_flat = state.streams.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
     if quantized is None:
-        return hc_combine_norm(x_flat, state.pre, weight, eps, admission=admission)
+        y_shape = (x_flat.shape[0], weight.shape[0])
+        groups = group_quant.groups_admission(x_flat, QUANT_SITE)
+        quant_out = empty_quant_out(*y_shape, x_flat.device) if groups else None
+        y = hc_combine_norm(x_flat, state.pre, weight, eps, admission=admission,
+                            quant_out=quant_out)  # fmt: skip
+        if quant_out is not None:
+            group_quant.pin(y, *quant_out, QUANT_GROUP, QUANT_SITE)
+        return y
     y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps, admission=admission)
     quantized.append(Mxfp8SwizzledInput(q.data, q.scales))  # only once the op has succeeded
     return y
 
 
-HOOKS = ((_TARGET, combine_hook, HookType.AROUND),)
+HOOKS = ((_TARGET, combine_hook, HookType.AROUND), *posts.HOOKS, group_quant.HOOK)
 REQUIRES = ("sglang.srt.models.deepseek_v4_mhc.HcState",)

@@ -59,6 +59,7 @@ SITE_SWITCH = {
     "row_argmax": "accept_greedy",
     "moe_fused_gate": "moe_fused_gate",
     "hc_combine_norm": "hc_combine_norm",
+    "hc_combine_norm_quant_fp8": "hc_combine_norm",
     "decoding_sched_meta": "decoding_sched_meta",
     "hc_mix_stats": "hc_mix_stats",
     "inverse_rope_quant_fp8": "inverse_rope_quant_fp8",

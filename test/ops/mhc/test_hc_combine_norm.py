@@ -32,6 +32,7 @@ from dsv41_kernels.ops.mhc.hc_combine_norm_plan import (
     cuda_kernel_fits,
     cuda_shape,
 )
+from dsv41_kernels.ops.mhc.quant_out import no_quant_out
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, mxfp8_quantize
 from dsv41_kernels.reference.hc_combine_norm import bf16_sum_of_squares
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference
@@ -419,7 +420,8 @@ def test_gpu_one_cta_a_row_has_the_bits_of_the_cluster():
         y, quantized = mxfp8_outputs(m, h, "cuda")
         outputs = (y, quantized.data.view(torch.uint8), quantized.scales)
         # The cluster shape, as it runs below 64 rows: 4 CTAs of one vector a thread.
-        module.hc_combine_norm_cuda(x, pre, weight, *outputs, EPS, True, 4, h // 32)
+        none = no_quant_out(x.device, h)
+        module.hc_combine_norm_cuda(x, pre, weight, *outputs, *none, EPS, True, 4, h // 32)
         assert_bits_equal(default, (y, quantized))
         assert_bits_equal(hc_combine_norm(x, pre, weight, EPS), y)
 

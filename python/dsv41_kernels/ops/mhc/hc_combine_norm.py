@@ -39,6 +39,10 @@ Contract (``x [m, 4*H]`` bf16, ``pre [m, 4]`` fp32, ``weight [H]`` bf16, ``H % 3
   computes Σx_in² order-free and rounded once, so it is within one bf16 ulp of float64 too but
   **not bitwise equal** to the kernel; the Triton interpreter's sum order is numpy's, not the
   GPU's.
+- ``hc_combine_norm(..., quant_out=(q, scales))`` also fills y's e4m3 groups of 32 and their
+  power-of-two scales, **bitwise** SGLang 0.5.23's ``sglang_per_token_group_quant_fp8(y, 32,
+  scale_ue8m0=True)`` (:mod:`.quant_out`: what an SM90 block-FP8 linear computes from y), in the
+  CUDA kernel's launch (the Triton kernel and the fallback quantize after it).
 - ``hc_combine_norm_mxfp8`` returns ``(y, Mxfp8SwizzledInput(data, scales))`` **bitwise equal**
   to ``hc_combine_norm`` followed by
   :func:`dsv41_kernels.ops.quantization.mxfp8_quantize.mxfp8_quantize` (FlashInfer's cuda
@@ -82,6 +86,7 @@ from dsv41_kernels.ops.mhc.hc_combine_norm_plan import (
     row_tiles,
 )
 from dsv41_kernels.ops.mhc.hc_combine_norm_triton import launch
+from dsv41_kernels.ops.mhc.quant_out import fill_quant_out, no_quant_out, validate_quant_out
 from dsv41_kernels.ops.quantization.mxfp8_quantize import Mxfp8SwizzledInput, quantize_into
 from dsv41_kernels.reference.hc_combine_norm import hc_combine_norm as reference_hc_combine_norm
 from dsv41_kernels.reference.hc_mix_stats import HC_MULT
@@ -194,19 +199,25 @@ def hc_combine_norm_admission(
 
 
 def run_kernel(
-    x, pre, weight, eps: float, y: torch.Tensor, quantized, plan: CombineNormPlan
+    x, pre, weight, eps: float, y: torch.Tensor, quantized, plan: CombineNormPlan, quant_out=None
 ) -> None:
-    """Run ``plan`` into ``y`` and, given, ``quantized`` (an :class:`Mxfp8SwizzledInput`).
-    Where the plan's epilogue does not write the MXFP8 outputs in place, the combine runs
-    alone and the quantizer after it: the same bits."""
+    """Run ``plan`` into ``y`` and, given, ``quantized`` (an :class:`Mxfp8SwizzledInput`) or
+    ``quant_out`` (y's FP8 groups). Where the plan's epilogue does not write the MXFP8 outputs
+    in place, or the Triton kernel runs with ``quant_out``, the combine runs alone and the
+    quantizer after it: the same bits."""
     fused = quantized is not None and plan.epilogue
     if plan.kernel is Kernel.TRITON:
         launch(x, pre, weight, eps, y, quantized if fused else None, plan.variant)
+        if quant_out is not None:
+            fill_quant_out(quant_out, y)
     else:
         data, scales = (quantized.data.view(torch.uint8), quantized.scales) if fused else (y, y)
+        q, q_scales = quant_out if quant_out is not None else no_quant_out(y.device, y.shape[1])
         module = load_module(MODULE, x.device.index or 0)
         cluster, threads = plan.cuda
-        module.hc_combine_norm_cuda(x, pre, weight, y, data, scales, eps, fused, cluster, threads)
+        module.hc_combine_norm_cuda(
+            x, pre, weight, y, data, scales, q, q_scales, eps, fused, cluster, threads
+        )
     if quantized is not None and not fused:
         quantize_into(y, quantized.data, quantized.scales, swizzled=True)
 
@@ -219,6 +230,7 @@ def hc_combine_norm(
     *,
     out: torch.Tensor | None = None,
     admission: Admission | None = None,
+    quant_out: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Combine the 4 streams of ``x [m, 4*H]`` bf16 with ``pre [m, 4]`` fp32, round to bf16 and
     RMS-normalise with ``weight [H]`` bf16: ``y [m, H]`` bf16 (see the module contract).
@@ -226,7 +238,9 @@ def hc_combine_norm(
     ``out`` (bf16 ``[m, H]``) is written in place, keeping the call allocation-free inside
     CUDA-graph capture. ``admission``: this call's :func:`hc_combine_norm_admission` (made
     with this ``out``), when the caller already made it: its plan is what runs, and an
-    admitted one is not validated again.
+    admitted one is not validated again. ``quant_out``: ``(q, scales)`` to fill with y's FP8
+    groups, ``q`` float8_e4m3fn ``[m, H]`` and ``scales`` fp32 ``[m, H / 32]``, contiguous,
+    apart from the inputs and ``out``.
     """
     admission = check_admission(admission)
     if admission is None or not admission:
@@ -235,14 +249,19 @@ def hc_combine_norm(
     else:  # the admission checked the tensors, not eps, nor an out it was not made with
         m, h, eps = x.shape[0], x.shape[1] // HC_MULT, check_float("eps", eps, low=0.0)
         check_outputs({"out": out})
+    if quant_out is not None:
+        validate_quant_out(quant_out, m, h, x.device, {"x": x, "pre": pre, "weight": weight,
+                                                       "out": out})  # fmt: skip
     if out is None:
         out = torch.empty((m, h), dtype=torch.bfloat16, device=x.device)
     if m == 0:
         return out
     if admission:
-        run_kernel(x, pre, weight, eps, out, None, admission.plan)
+        run_kernel(x, pre, weight, eps, out, None, admission.plan, quant_out)
     else:
         out.copy_(reference_hc_combine_norm(x, pre, weight, eps))
+        if quant_out is not None:
+            fill_quant_out(quant_out, out)
     return out
 
 

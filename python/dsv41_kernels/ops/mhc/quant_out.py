@@ -1,8 +1,9 @@
-"""The ``quant_out`` argument of the mHC boundary ops (:func:`~.hc_boundary.hc_boundary`,
-:func:`~.hc_post_combine_norm.hc_post_combine_norm`): a ``(q, scales)`` pair the op fills with
-its normed rows' e4m3 groups of :data:`QUANT_GROUP` columns and their power-of-two scales,
-bitwise SGLang 0.5.23's ``sglang_per_token_group_quant_fp8(normed, 32, scale_ue8m0=True)`` on
-SM90 (:func:`dsv41_kernels.reference.rmsnorm_quant_fp8.group_quant_ue8m0`): what the next
+"""The ``quant_out`` argument of the mHC ops that norm the next sublayer's input
+(:func:`~.hc_boundary.hc_boundary`, :func:`~.hc_post_combine_norm.hc_post_combine_norm`,
+:func:`~.hc_combine_norm.hc_combine_norm`): a ``(q, scales)`` pair the op fills with its
+normed rows' e4m3 groups of :data:`QUANT_GROUP` columns and their power-of-two scales, bitwise
+SGLang 0.5.23's ``sglang_per_token_group_quant_fp8(normed, 32, scale_ue8m0=True)`` on SM90
+(:func:`dsv41_kernels.reference.rmsnorm_quant_fp8.group_quant_ue8m0`): what the next
 sublayer's block-FP8 linear would compute from those rows.
 
 The kernels take "no groups" as a pair without rows (:func:`no_quant_out`).

@@ -1,13 +1,15 @@
-"""The FP8 groups a boundary writes for the next sublayer's block-FP8 linear (sites
-``hc_boundary_quant_fp8``, the fused boundary, and ``hc_post_combine_norm_quant_fp8``, the
-boundary without statistics), taken by SGLang 0.5.23's own linear: on SM90
+"""The FP8 groups a launch of ours writes for the next sublayer's block-FP8 linear (sites
+``hc_boundary_quant_fp8``, the fused boundary; ``hc_post_combine_norm_quant_fp8``, the
+boundary without statistics; ``hc_combine_norm_quant_fp8``, the combine at a seam the boundary
+left unfused), taken by SGLang 0.5.23's own linear: on SM90
 ``deepgemm_w8a8_block_fp8_linear_with_fallback(act_scale_ue8m0=True)`` asks
 ``sglang_per_token_group_quant_fp8(x.view(-1, K), 32, scale_ue8m0=True)`` for its operands, and
-the shared quantizer hook answers with the groups pinned to those rows. CPU: a pretended SM90
-linear gets pinned groups as its GEMM operands (each form's own, from its fallback), every
-other call SGLang's quantizer, and the sites' admission. GPU (the H200): SGLang's chain (post,
-combine, the linear) with the plugin on, with and without SGLang's stats stream, hands the GEMM
-SGLang's quantizer's bits of the normed rows without launching it."""
+the shared quantizer hook (``sglang_plugin.group_quant``) answers with the groups pinned to
+those rows. CPU: a pretended SM90 linear gets pinned groups as its GEMM operands (each form's
+own, from its fallback), every other call SGLang's quantizer, and the sites' admission. GPU
+(the H200): SGLang's chain (post, combine, the linear) with the plugin on, with and without
+SGLang's stats stream, and its combine alone, hands the GEMM SGLang's quantizer's bits of the
+normed rows without launching it."""
 
 from __future__ import annotations
 
@@ -20,14 +22,16 @@ from dsv41_kernels.cases.common import bit_mismatches
 from dsv41_kernels.reference.rmsnorm_quant_fp8 import group_quant_ue8m0
 from test.sglang import callers, policies
 
-PINNED_HOOK = "hc_boundary_quant_fp8.sglang_per_token_group_quant_fp8"
-POST_PINNED_HOOK = "hc_post_combine_norm_quant_fp8.sglang_per_token_group_quant_fp8"
+PINNED = "sglang_per_token_group_quant_fp8"
 BOUNDARY_HOOK = "hc_boundary._post_fusion"
 POST_COMBINE_NORM_HOOK = "hc_post_combine_norm._post_fusion"
-FORMS = {  # the boundary form: its groups' site, and the name their fire counts go under
-    "fused": ("hc_boundary_quant_fp8", PINNED_HOOK),
-    "without statistics": ("hc_post_combine_norm_quant_fp8", POST_PINNED_HOOK),
+COMBINE_HOOK = "hc_combine_norm._combine"
+FORMS = {  # the form: its groups' policy site (their fire counts: <site>.PINNED), its switch
+    "fused": ("hc_boundary_quant_fp8", "hc_boundary"),
+    "without statistics": ("hc_post_combine_norm_quant_fp8", "hc_boundary"),
+    "unfused seam": ("hc_combine_norm_quant_fp8", "hc_combine_norm"),
 }
+PINNED_HOOK = f"hc_boundary_quant_fp8.{PINNED}"
 WQKV_A_OUT = 1792  # V4.1-Flash's fused wqkv_a: q_lora 1280 + kv 512
 
 
@@ -75,7 +79,7 @@ def pinned(rows: torch.Tensor):
     from dsv41_kernels.sglang_plugin import group_quant
 
     q, scales = group_quant_ue8m0(rows, 32)
-    group_quant.pin(rows, q, scales, 32)
+    group_quant.pin(rows, q, scales, 32, "hc_boundary_quant_fp8")
     return q, scales
 
 
@@ -151,60 +155,73 @@ def test_the_post_after_the_sublayer_drops_the_groups(plugin, fired):
     assert group_quant.pinned_rows(rows) is None and group_quant._slots.pinned is None
 
 
+@pytest.fixture
+def sm90(plugin, on_gpu, monkeypatch):
+    """The pinned groups' admission on a pretended SM90 with the built-in H200 policy."""
+    from dsv41_kernels.sglang_plugin import group_quant
+
+    platform = types.SimpleNamespace(is_sm90=True, is_blackwell=False)
+    monkeypatch.setattr(group_quant, "get_platform", lambda: platform)
+    on_gpu()
+    return group_quant
+
+
 @pytest.mark.parametrize("form", FORMS)
-def test_each_form_pins_its_groups_for_sglangs_linear(sm90_linear, fired, on_gpu, monkeypatch,
+def test_each_form_pins_its_groups_for_sglangs_linear(sm90, sm90_linear, fired, monkeypatch,
                                                       form):  # fmt: skip
-    """Each boundary form, its groups' site admitted (SM90 pretended, forced), pins the groups
-    of the rows it returns (here its fallback's: the reference quantizer of them), and SGLang's
-    linear takes them, counted under the form's own name."""
+    """Each form, its groups' site admitted (forced), pins the groups of the rows it returns
+    (here its fallback's: the reference quantizer of them), and SGLang's linear takes them,
+    counted under the site's name."""
     from sglang.srt.models import deepseek_v4_mhc as mhc
 
     from dsv41_kernels.admission import refuse
-    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+    from dsv41_kernels.sglang_plugin import hc_boundary, hc_combine_norm
     from test.sglang.test_hc_boundary import inputs, triplet_and_boundary
 
-    site, counted = FORMS[form]
-    sm90 = types.SimpleNamespace(is_sm90=True, is_blackwell=False)
-    monkeypatch.setattr(hook, "get_platform", lambda: sm90)
-    on_gpu()
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
-    assert hook.groups_admission(normed_rows(1), site)
+    site, switch = FORMS[form]
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", switch)
+    assert sm90.groups_admission(normed_rows(1), site)
     layer = callers.v41_decoder_layer(torch.Generator().manual_seed(0), "cpu")
     y, _, residual = inputs(2, "cpu")
     triplet, boundary = triplet_and_boundary(layer, 2)
     args = (y, residual, triplet, boundary, refuse("CPU"))
     if form == "fused":
-        state = hook._boundary(layer.attn_hc, *args)
-    else:
-        state = hook._post_combine_norm(*args)
+        state = hc_boundary._boundary(layer.attn_hc, *args)
+    elif form == "without statistics":
+        state = hc_boundary._post_combine_norm(*args)
         assert state.stats is None
-    x = mhc.combine(layer.ffn_hc, state)
+    else:  # the streams as SGLang's post left them, to our combine (as its hook calls it)
+        state = mhc.HcState(residual, triplet[0])
+    if form == "unfused seam":
+        x = hc_combine_norm._combine(layer.ffn_hc, state, None, refuse("CPU"))
+    else:
+        x = mhc.combine(layer.ffn_hc, state)
     q, scales = sm90_linear(x)
     theirs = group_quant_ue8m0(x, 32)
-    assert (
-        bit_mismatches((q.view(torch.uint8), scales), (theirs[0].view(torch.uint8), theirs[1])) == 0
-    )
-    assert fired()[counted] == {"ours": 1, "sglang": {}}
+    ours = (q.view(torch.uint8), scales)
+    assert bit_mismatches(ours, (theirs[0].view(torch.uint8), theirs[1])) == 0
+    assert fired()[f"{site}.{PINNED}"] == {"ours": 1, "sglang": {}}
 
 
-@pytest.mark.parametrize("site", [site for site, _ in FORMS.values()])
-def test_the_sites_are_sm90_only_and_off_until_measured(plugin, on_gpu, monkeypatch, site):
-    from dsv41_kernels.sglang_plugin import hc_boundary as hook
+@pytest.mark.parametrize("form", FORMS)
+def test_the_sites_are_sm90_only_and_off_until_measured(plugin, on_gpu, monkeypatch, form):
+    from dsv41_kernels.sglang_plugin import group_quant
 
+    site, switch = FORMS[form]
     y = normed_rows(6)
-    assert "not SM90" in hook.groups_admission(y, site).reason
+    assert "not SM90" in group_quant.groups_admission(y, site).reason
     sm90 = types.SimpleNamespace(is_sm90=True, is_blackwell=False)
-    monkeypatch.setattr(hook, "get_platform", lambda: sm90)
+    monkeypatch.setattr(group_quant, "get_platform", lambda: sm90)
     on_gpu()  # the built-in H200 policy, which has not measured the site
-    refusal = hook.groups_admission(y, site)
+    refusal = group_quant.groups_admission(y, site)
     assert not refusal and f"{site} not measured" in refusal.reason
     on_gpu(policy=policies.declining_policy(site, "x us against y us"))
-    assert "measured slower" in hook.groups_admission(y, site).reason
-    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_boundary")
-    assert hook.groups_admission(y, site)
+    assert "measured slower" in group_quant.groups_admission(y, site).reason
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", switch)
+    assert group_quant.groups_admission(y, site)
     with torch.inference_mode():  # no version counters: nothing to pin against
-        assert "inference mode" in hook.groups_admission(y, site).reason
-        assert "inference mode" in hook.groups_admission(normed_rows(6), site).reason
+        assert "inference mode" in group_quant.groups_admission(y, site).reason
+        assert "inference mode" in group_quant.groups_admission(normed_rows(6), site).reason
 
 
 # ---- GPU tier ------------------------------------------------------------------------------
@@ -243,9 +260,12 @@ def test_gpu_the_attention_linear_gets_sglangs_quantizer_bits(sm90_linear, fired
         return x, sm90_linear(x)
 
     x, (q, scales) = chain()
-    boundary_hook, pinned_hook = (
-        (POST_COMBINE_NORM_HOOK, POST_PINNED_HOOK) if stats_stream else (BOUNDARY_HOOK, PINNED_HOOK)
+    boundary_hook, site = (
+        (POST_COMBINE_NORM_HOOK, "hc_post_combine_norm_quant_fp8")
+        if stats_stream
+        else (BOUNDARY_HOOK, "hc_boundary_quant_fp8")
     )
+    pinned_hook = f"{site}.{PINNED}"
     counts = fired()
     assert counts[boundary_hook]["ours"] == 1 and counts[pinned_hook] == {"ours": 1, "sglang": {}}
     theirs = sglang_per_token_group_quant_fp8.__wrapped__(x, 32, scale_ue8m0=True)
@@ -254,3 +274,31 @@ def test_gpu_the_attention_linear_gets_sglangs_quantizer_bits(sm90_linear, fired
     with callers.sglang_functions(mhc):  # the plugin's mHC off: SGLang's launch quantizes
         _, (sglang_q, _) = chain()
     assert sglang_q is not q and fired()[pinned_hook]["ours"] == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows", [1, 6, 96, 384, 2048])
+def test_gpu_the_linear_after_sglangs_combine_gets_sglangs_quantizer_bits(
+    sm90_linear, fired, monkeypatch, rows
+):
+    """Forced (not measured yet): SGLang's ``combine`` of an attention's streams (the seam the
+    boundary leaves unfused: above 64 rows, or with the boundary off), then the attention's
+    ``wqkv_a`` linear: our combine fires, the linear's quantizer call is answered with the
+    pinned groups, and they are SGLang's own quantizer's bits of the rows the combine returned."""
+    from sglang.kernels.ops.quantization.fp8_kernel import sglang_per_token_group_quant_fp8
+    from sglang.srt.models import deepseek_v4_mhc as mhc
+
+    from test.sglang.test_hc_boundary import inputs, triplet_and_boundary
+
+    monkeypatch.setenv("DSV41_KERNELS_FORCE", "hc_combine_norm")
+    layer = callers.v41_decoder_layer(torch.Generator().manual_seed(rows), "cuda")
+    _, _, residual = inputs(rows, "cuda", seed=rows)
+    pre = triplet_and_boundary(layer, rows)[0][0].cuda()
+    x = mhc.combine(layer.attn_hc, mhc.HcState(residual, pre))
+    q, scales = sm90_linear(x)
+    counts = fired()
+    pinned_hook = f"hc_combine_norm_quant_fp8.{PINNED}"
+    assert counts[COMBINE_HOOK]["ours"] == 1 and counts[pinned_hook] == {"ours": 1, "sglang": {}}
+    theirs = sglang_per_token_group_quant_fp8.__wrapped__(x, 32, scale_ue8m0=True)
+    assert bit_mismatches(q.view(torch.uint8), theirs[0].view(torch.uint8)) == 0
+    assert bit_mismatches(scales, theirs[1]) == 0
