@@ -11,10 +11,12 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <tvm/ffi/container/tensor.h>
 
 #include <cstdint>
 
 #include "float_bits.cuh"
+#include "tensor_view.cuh"
 
 constexpr float kAmaxFloor = 1e-10f;
 constexpr float kE4m3Max = 448.0f;
@@ -57,4 +59,29 @@ __device__ __forceinline__ uint2 e4m3_codes_ue8m0(const float (&y)[8], float ama
     codes[j / 4] |= e4m3x2_rn(lo, hi) << (16 * ((j / 2) % 2));
   }
   return make_uint2(codes[0], codes[1]);
+}
+
+// The same of the lane's 8 stored bf16 values of a row, as four bf16x2 words (low half first).
+template <int GROUP>
+__device__ __forceinline__ uint2 e4m3_codes_of_words(const uint32_t (&words)[4], float& scale) {
+  float y[8];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    y[2 * i] = bf16_lo(words[i]);
+    y[2 * i + 1] = bf16_hi(words[i]);
+  }
+  return e4m3_codes_ue8m0(y, group_amax<GROUP>(y), scale);
+}
+
+// Host: whether the caller passed the groups of `rows` rows of width h, checked (ValueError
+// naming the one that is off): q [rows, h] (1-byte, contiguous, 16-byte aligned) and q_scales
+// fp32 [rows, h / GROUP] (contiguous); both with no rows: no groups.
+template <int GROUP>
+inline bool fp8_groups_given(const tvm::ffi::TensorView& q, const tvm::ffi::TensorView& q_scales,
+                             int64_t rows, int64_t h, int device) {
+  const bool given = q.ndim() != 2 || q.size(0) != 0;
+  const int64_t q_rows = given ? rows : 0;
+  check_tensor(q, "q", {q_rows, h}, {kByte}, device, Layout::kContiguous, 16);
+  check_tensor(q_scales, "q_scales", {q_rows, h / GROUP}, {kFloat32}, device, Layout::kContiguous);
+  return given;
 }

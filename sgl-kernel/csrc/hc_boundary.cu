@@ -238,11 +238,7 @@ void hc_boundary_cuda(TensorView y, TensorView residual, TensorView post_mix, Te
   check_tensor(updated, "updated", {m, kStreamCount, kHidden}, {kBfloat16}, device,
                Layout::kContiguous, 16);
   check_tensor(normed, "normed", {m, kHidden}, {kBfloat16}, device, Layout::kRows, 16);
-  const bool quantize = q.ndim() != 2 || q.size(0) != 0;
-  const int64_t q_rows = quantize ? m : 0;
-  check_tensor(q, "q", {q_rows, kHidden}, {kByte}, device, Layout::kContiguous, 16);
-  check_tensor(q_scales, "q_scales", {q_rows, kQuantGroups}, {kFloat32}, device,
-               Layout::kContiguous);
+  const bool quantize = fp8_groups_given<kQuantGroup>(q, q_scales, m, kHidden, device);
   check_statistics(m, device, fn, scale, base, pre, post, comb, mix, part, row_tile, iters);
   BoundaryParams p = statistics_params(m, fn, scale, base, pre, post, comb, mix, part, row_tile,
                                        rms_eps, eps, post_mult, iters);

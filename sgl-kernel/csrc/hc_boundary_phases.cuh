@@ -295,14 +295,8 @@ __device__ void combine_norm_row(const BoundaryParams& p, int r, float* slots) {
   *reinterpret_cast<uint4*>(p.normed + r * p.normed_stride + 8 * tid) =
       make_uint4(yw[0], yw[1], yw[2], yw[3]);
   if constexpr (QUANT) {
-    float y[8];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      y[2 * i] = bf16_lo(yw[i]);
-      y[2 * i + 1] = bf16_hi(yw[i]);
-    }
     float scale;
-    const uint2 codes = e4m3_codes_ue8m0(y, group_amax<kQuantGroup>(y), scale);
+    const uint2 codes = e4m3_codes_of_words<kQuantGroup>(yw, scale);
     *reinterpret_cast<uint2*>(p.q + int64_t{r} * kHidden + 8 * tid) = codes;
     if (tid % (kQuantGroup / 8) == 0)
       p.q_scales[r * kQuantGroups + tid / (kQuantGroup / 8)] = scale;

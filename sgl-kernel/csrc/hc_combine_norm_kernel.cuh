@@ -288,14 +288,8 @@ __global__ void __launch_bounds__(max_threads(ITEMS, POST))
     float* scale_row = p.group_scales + row * p.cols + col0 / kBlock;
 #pragma unroll
     for (int k = 0; k < ITEMS; ++k) {
-      float y[kVec];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        y[2 * i] = bf16_lo(yw[k][i]);
-        y[2 * i + 1] = bf16_hi(yw[k][i]);
-      }
       float scale;
-      const uint2 codes = e4m3_codes_ue8m0(y, group_amax<kBlock>(y), scale);
+      const uint2 codes = e4m3_codes_of_words<kBlock>(yw[k], scale);
       const int v = k * threads + tid;
       if (v < p.cta_vecs) {
         *reinterpret_cast<uint2*>(data_row + v * kVec) = codes;
@@ -398,10 +392,7 @@ inline Params common_params(const char* what, int64_t m, int64_t h, int device,
 // with no rows: no groups (returns false). ValueError naming the one that is off.
 inline bool groups_params(Params& p, const tvm::ffi::TensorView& q,
                           const tvm::ffi::TensorView& q_scales, int device) {
-  const bool groups = q.ndim() != 2 || q.size(0) != 0;
-  const int64_t rows = groups ? p.rows : 0;
-  check_tensor(q, "q", {rows, p.h}, {kByte}, device, Layout::kContiguous, 16);
-  check_tensor(q_scales, "q_scales", {rows, p.cols}, {kFloat32}, device, Layout::kContiguous);
+  const bool groups = fp8_groups_given<kBlock>(q, q_scales, p.rows, p.h, device);
   if (groups) {
     p.data = data_as<uint8_t>(q);
     p.data_row_stride = p.h;

@@ -79,7 +79,7 @@ def pinned(rows: torch.Tensor):
     from dsv41_kernels.sglang_plugin import group_quant
 
     q, scales = group_quant_ue8m0(rows, 32)
-    group_quant.pin(rows, q, scales, 32, "hc_boundary_quant_fp8")
+    group_quant.pin(rows, (q, scales), "hc_boundary_quant_fp8")
     return q, scales
 
 

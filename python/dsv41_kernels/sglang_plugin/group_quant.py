@@ -36,7 +36,7 @@ from sglang.srt.plugins.hook_registry import HookType
 from sglang.srt.runtime_context import get_platform
 
 from dsv41_kernels.admission import Admission, admit, refuse
-from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP
+from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
 from dsv41_kernels.sglang_plugin import dispatch
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
@@ -142,13 +142,26 @@ def groups_admission(rows: torch.Tensor, site: str) -> Admission:
     return admit("pinned", f"e4m3 groups of {QUANT_GROUP} with power-of-two scales")
 
 
-def pin(rows: torch.Tensor, q: torch.Tensor, scales: torch.Tensor, group: int, site: str) -> None:
-    """Pin ``(q, scales)``, the groups of ``group`` columns of ``rows`` (a tensor that is not a
-    view, outside inference mode: its tensors keep no version counter) that a launch of policy
-    ``site`` made, for the quantizer calls that read ``rows``, until :func:`unpin`; those calls
-    are counted as ``<site>.sglang_per_token_group_quant_fp8``."""
+def quant_out_for(rows: torch.Tensor, width: int, site: str):
+    """An empty ``quant_out`` for the normed rows of width ``width`` that a launch of policy
+    ``site`` makes from ``rows`` (:func:`~dsv41_kernels.ops.mhc.quant_out.empty_quant_out`),
+    where :func:`groups_admission` admits; else None."""
+    if not groups_admission(rows, site):
+        return None
+    return empty_quant_out(rows.shape[0], width, rows.device)
+
+
+def pin(rows: torch.Tensor, quant_out, site: str) -> None:
+    """Pin ``quant_out`` ``(q, scales)``, the groups of :data:`QUANT_GROUP` columns of ``rows``
+    (a tensor that is not a view, outside inference mode: its tensors keep no version counter)
+    that a launch of policy ``site`` made, for the quantizer calls that read ``rows``, until
+    :func:`unpin`; those calls are counted as ``<site>.sglang_per_token_group_quant_fp8``.
+    None (no groups made) pins nothing."""
+    if quant_out is None:
+        return
+    q, scales = quant_out
     versions = _versions(rows, q, scales)
-    _slots.pinned = Pinned(weakref.ref(rows), q, scales, group, versions, f"{site}.{PINNED}")
+    _slots.pinned = Pinned(weakref.ref(rows), q, scales, QUANT_GROUP, versions, f"{site}.{PINNED}")
 
 
 def unpin() -> None:

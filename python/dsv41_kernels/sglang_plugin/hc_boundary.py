@@ -68,9 +68,7 @@ from dsv41_kernels.ops.mhc.hc_post_combine_norm import (
     hc_post_combine_norm,
     hc_post_combine_norm_admission,
 )
-from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
 from dsv41_kernels.sglang_plugin import dispatch, group_quant, parts, posts
-from dsv41_kernels.sglang_plugin.group_quant import groups_admission
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
 _TARGET = "sglang.srt.models.deepseek_v4_mhc._post_fusion"
@@ -196,29 +194,26 @@ def _boundary(hc, y, residual, coefficients, next, admission):
     pre, post, comb = coefficients
     next_hc = next.hc
     cfg = next_hc.cfg
-    quant_out = empty_quant_out(*y.shape, y.device) if groups_admission(y, QUANT_SITE) else None
+    quant_out = group_quant.quant_out_for(y, y.shape[1], QUANT_SITE)
     updated, normed, stats = hc_boundary(
         y, residual, post, comb, pre, next_hc.fn, next_hc.scale, next_hc.base, next.norm.weight,
         iters=cfg.sinkhorn_iters, rms_eps=cfg.rms_eps, eps=cfg.eps,
         post_mult=mhc.MHC_POST_MULT_VALUE, norm_eps=next.norm.variance_epsilon,
         admission=admission, quant_out=quant_out,
     )  # fmt: skip
-    if quant_out is not None:
-        group_quant.pin(normed, *quant_out, QUANT_GROUP, QUANT_SITE)
+    group_quant.pin(normed, quant_out, QUANT_SITE)
     # `pre` stays this boundary's: SGLang's lag (the last combine and Engram layers read it).
     return mhc.HcState(updated, pre, mhc.HcNormed(normed), stats)
 
 
 def _post_combine_norm(y, residual, coefficients, next, admission):
     pre, post, comb = coefficients
-    groups = groups_admission(y, POST_QUANT_SITE)
-    quant_out = empty_quant_out(*y.shape, y.device) if groups else None
+    quant_out = group_quant.quant_out_for(y, y.shape[1], POST_QUANT_SITE)
     updated, normed = hc_post_combine_norm(
         y, residual, post, comb, pre, next.norm.weight, next.norm.variance_epsilon,
         admission=admission, quant_out=quant_out,
     )  # fmt: skip
-    if quant_out is not None:
-        group_quant.pin(normed, *quant_out, QUANT_GROUP, POST_QUANT_SITE)
+    group_quant.pin(normed, quant_out, POST_QUANT_SITE)
     # No statistics: the next post computes them on SGLang's stats stream, as it would.
     return mhc.HcState(updated, pre, mhc.HcNormed(normed))
 

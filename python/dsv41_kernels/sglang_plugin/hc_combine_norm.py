@@ -34,7 +34,6 @@ from dsv41_kernels.ops.mhc.hc_combine_norm import (
     hc_combine_norm_admission,
     hc_combine_norm_mxfp8,
 )
-from dsv41_kernels.ops.mhc.quant_out import QUANT_GROUP, empty_quant_out
 from dsv41_kernels.sglang_plugin import dispatch, group_quant, posts
 from dsv41_kernels.sglang_plugin.policy import policy_refusal
 
@@ -81,13 +80,10 @@ def _combine(hc, state, quantized, admission):
     x_flat = state.streams.flatten(1)
     weight, eps = hc.norm.weight, hc.norm.variance_epsilon
     if quantized is None:
-        y_shape = (x_flat.shape[0], weight.shape[0])
-        groups = group_quant.groups_admission(x_flat, QUANT_SITE)
-        quant_out = empty_quant_out(*y_shape, x_flat.device) if groups else None
+        quant_out = group_quant.quant_out_for(x_flat, weight.shape[0], QUANT_SITE)
         y = hc_combine_norm(x_flat, state.pre, weight, eps, admission=admission,
                             quant_out=quant_out)  # fmt: skip
-        if quant_out is not None:
-            group_quant.pin(y, *quant_out, QUANT_GROUP, QUANT_SITE)
+        group_quant.pin(y, quant_out, QUANT_SITE)
         return y
     y, q = hc_combine_norm_mxfp8(x_flat, state.pre, weight, eps, admission=admission)
     quantized.append(Mxfp8SwizzledInput(q.data, q.scales))  # only once the op has succeeded
